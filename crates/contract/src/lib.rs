@@ -1,0 +1,45 @@
+//! kg-contract: the data contracts every kernelgate crate shares.
+//!
+//! - SOL-ExecBench / FlashInfer-Bench formats: [`Definition`], [`Workload`], [`Solution`],
+//!   [`Trace`] (with the nine [`Status`]es). kernelgate's additions (timing method, spread,
+//!   device identity, clocks) are optional fields that upstream readers ignore.
+//! - [`Problem`]: a problem directory, loaded and validated; errors name the file, the JSONL
+//!   line and the field ([`ContractError`], [`Location`]).
+//! - [`DType`]: the dtype table with storage sizes.
+//! - [`shape::resolve`]: a workload's axes bound into concrete shapes.
+//! - [`io`]: SHA-256 content addressing and atomic writes, used by every artifact writer.
+//! - [`schema::all`]: JSON Schema of every artifact type.
+//!
+//! This crate depends on nothing else in kernelgate and does no process or GPU work.
+
+pub mod definition;
+pub mod dtype;
+pub mod error;
+pub mod io;
+pub mod problem;
+pub mod schema;
+pub mod shape;
+pub mod solution;
+pub mod trace;
+pub mod workload;
+
+pub use definition::{Axis, Definition, TensorSpec};
+pub use dtype::DType;
+pub use error::{ContractError, Location};
+pub use problem::{LoadedWorkload, Problem, load_definition, load_solution};
+pub use solution::{BuildSpec, CompileOptions, Solution, SourceFile};
+pub use trace::{
+    ClockState, Correctness, DeviceIdentity, Environment, Evaluation, Performance, Spread, Status,
+    TimingMethod, Trace,
+};
+pub use workload::{InputSpec, ScalarValue, Tolerance, Workload};
+
+/// Process exit codes shared by the binaries.
+pub mod exit {
+    /// Success: every item passed.
+    pub const OK: i32 = 0;
+    /// The run completed and something did not pass.
+    pub const FAILED: i32 = 1;
+    /// Bad input or an unusable environment.
+    pub const USAGE: i32 = 2;
+}

@@ -1,0 +1,252 @@
+//! SOL-ExecBench `Trace`: one evaluated (definition, solution, workload) record.
+//!
+//! Fields beyond upstream (timing method, spread, device identity, clocks) are additive and
+//! optional, so upstream readers ignore them and we read upstream traces.
+
+use indexmap::IndexMap;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::workload::Workload;
+
+/// The outcome of evaluating one workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Status {
+    /// Correct in every round, and timed.
+    Passed,
+    /// An output had the wrong shape.
+    IncorrectShape,
+    /// Values outside tolerance (or NaN/Inf where the reference has none).
+    IncorrectNumerical,
+    /// An output had the wrong dtype.
+    IncorrectDtype,
+    /// The candidate raised, crashed or lost its device context.
+    RuntimeError,
+    /// The candidate failed to build or import.
+    CompileError,
+    /// The candidate exceeded its time limit.
+    Timeout,
+    /// The candidate tampered with the harness or gamed timing.
+    RewardHack,
+    /// The reference itself is unusable (raises, NaN everywhere, ignores its inputs).
+    InvalidReference,
+}
+
+impl Status {
+    /// Every status, in upstream order.
+    pub const ALL: [Status; 9] = [
+        Status::Passed,
+        Status::IncorrectShape,
+        Status::IncorrectNumerical,
+        Status::IncorrectDtype,
+        Status::RuntimeError,
+        Status::CompileError,
+        Status::Timeout,
+        Status::RewardHack,
+        Status::InvalidReference,
+    ];
+
+    /// The upstream spelling, e.g. `INCORRECT_SHAPE`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Passed => "PASSED",
+            Status::IncorrectShape => "INCORRECT_SHAPE",
+            Status::IncorrectNumerical => "INCORRECT_NUMERICAL",
+            Status::IncorrectDtype => "INCORRECT_DTYPE",
+            Status::RuntimeError => "RUNTIME_ERROR",
+            Status::CompileError => "COMPILE_ERROR",
+            Status::Timeout => "TIMEOUT",
+            Status::RewardHack => "REWARD_HACK",
+            Status::InvalidReference => "INVALID_REFERENCE",
+        }
+    }
+
+    /// Parses the upstream spelling.
+    pub fn parse(s: &str) -> Option<Status> {
+        Status::ALL.into_iter().find(|x| x.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a latency was measured. Every latency we report carries one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TimingMethod {
+    /// Host wall clock around synchronous CPU calls (`time.perf_counter`). Not GPU evidence.
+    CpuWall,
+    /// Device events bracketed by a device-wide synchronisation, fresh L2 and input pointers per iteration.
+    DeviceEventSync,
+    /// CUPTI kernel activity span over all of the candidate's kernels.
+    Cupti,
+    /// Replay of a captured CUDA graph; per-launch time. For launch-bound kernels only.
+    CudaGraph,
+}
+
+/// Correctness summary (present for PASSED and INCORRECT_NUMERICAL).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Correctness {
+    /// Largest `|o-r| / max(|r|, atol)` over all rounds.
+    pub max_relative_error: f64,
+    /// Largest `|o-r|` over all rounds.
+    pub max_absolute_error: f64,
+    /// NaN in output or reference.
+    #[serde(default)]
+    pub has_nan: bool,
+    /// Inf (and no NaN) in output or reference.
+    #[serde(default)]
+    pub has_inf: bool,
+    /// Smallest matched-element ratio over rounds (kernelgate addition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_matched_ratio: Option<f64>,
+    /// Correctness rounds run, each with fresh inputs (kernelgate addition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rounds: Option<u32>,
+}
+
+/// Distribution of per-iteration latencies.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Spread {
+    /// Fastest iteration.
+    pub min_ms: f64,
+    /// 25th percentile.
+    pub p25_ms: f64,
+    /// Median.
+    pub median_ms: f64,
+    /// 75th percentile.
+    pub p75_ms: f64,
+    /// Slowest iteration.
+    pub max_ms: f64,
+    /// Mean.
+    pub mean_ms: f64,
+}
+
+/// Performance summary (present for PASSED).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Performance {
+    /// Median candidate latency per call.
+    pub latency_ms: f64,
+    /// Median reference latency per call, same method and device.
+    pub reference_latency_ms: f64,
+    /// `reference_latency_ms / latency_ms`.
+    pub speedup_factor: f64,
+    /// How both latencies were measured (kernelgate addition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing_method: Option<TimingMethod>,
+    /// Warm-up calls before timing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmup: Option<u32>,
+    /// Timed iterations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iterations: Option<u32>,
+    /// Candidate latency distribution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spread: Option<Spread>,
+    /// Reference latency distribution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference_spread: Option<Spread>,
+}
+
+/// Which device produced a result, exactly enough for a reviewer to tell.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct DeviceIdentity {
+    /// `cpu`, `cuda` or `rocm`.
+    pub kind: String,
+    /// Runtime index (CUDA ordinal / HIP index) as the worker saw it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<u32>,
+    /// Marketing name, e.g. `NVIDIA H200`, or the CPU model.
+    pub name: String,
+    /// Device UUID where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    /// PCI bus id where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_bus_id: Option<String>,
+    /// Architecture, e.g. `sm_90`, `gfx942`, `x86_64`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arch: Option<String>,
+    /// Total device memory in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_total_bytes: Option<u64>,
+}
+
+/// Clock state during a run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ClockState {
+    /// SM / shader clock in MHz when sampled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_mhz: Option<u32>,
+    /// Memory clock in MHz when sampled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_mhz: Option<u32>,
+    /// Whether clocks were locked for the run.
+    pub locked: bool,
+    /// Why clocks were not locked, when they were asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Hardware and software the trace came from.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Environment {
+    /// Hardware name, e.g. `NVIDIA_H200` or `CPU`.
+    pub hardware: String,
+    /// Library versions by name.
+    #[serde(default)]
+    pub libs: IndexMap<String, String>,
+    /// Device identity (kernelgate addition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<DeviceIdentity>,
+    /// Clocks (kernelgate addition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clocks: Option<ClockState>,
+    /// Host name (kernelgate addition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// kernelgate version that wrote the trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernelgate_version: Option<String>,
+}
+
+/// The result of one benchmark run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Evaluation {
+    /// Final status.
+    pub status: Status,
+    /// Captured candidate output and the reason for a failure (bounded).
+    #[serde(default)]
+    pub log: String,
+    /// Present for PASSED and INCORRECT_NUMERICAL.
+    #[serde(default)]
+    pub correctness: Option<Correctness>,
+    /// Present for PASSED.
+    #[serde(default)]
+    pub performance: Option<Performance>,
+    /// Where it ran.
+    #[serde(default)]
+    pub environment: Environment,
+    /// ISO 8601 time of the result.
+    #[serde(default)]
+    pub timestamp: String,
+}
+
+/// One trace: a JSONL line of a traces file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Trace {
+    /// Definition name.
+    pub definition: String,
+    /// Solution name.
+    #[serde(default)]
+    pub solution: Option<String>,
+    /// The workload evaluated.
+    pub workload: Workload,
+    /// The result, when evaluated.
+    #[serde(default)]
+    pub evaluation: Option<Evaluation>,
+}
