@@ -1,2 +1,257 @@
-//! Project tasks: `cargo xtask <task>`.
-fn main() {}
+//! Project tasks, run as `cargo xtask <task>` (see matklad/cargo-xtask).
+//!
+//! - `setup`: create or refresh `.venv` with the exact pins of `python/requirements.txt`.
+//! - `test`: everything CI checks (fmt, clippy, nextest, schema freshness).
+//! - `quickstart`: release build, `.venv`, then the bundled corpus on the best available device.
+//! - `schemas [--check]`: write (or check) `docs/schemas/*.json` from kg-contract.
+//! - `device-bundle DIR`: release binaries copied into DIR, for carrying to a GPU machine.
+
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+
+const USAGE: &str =
+    "usage: cargo xtask <setup|test|quickstart|schemas [--check]|device-bundle DIR>";
+const REQUIREMENTS: &str = "python/requirements.txt";
+const VENV: &str = ".venv";
+const STAMP: &str = ".venv/.kg-requirements.sha256";
+const BINARIES: [&str; 4] = ["kg-bench", "kg-gpu", "kg-heldout", "kg-validate-pr"];
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
+    let root = project_root()?;
+    std::env::set_current_dir(&root)
+        .with_context(|| format!("failed to enter `{}`", root.display()))?;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("setup") => setup(&root).map(|_| ()),
+        Some("test") => test(&root),
+        Some("quickstart") => quickstart(&root),
+        Some("schemas") => schemas(&root, args.iter().any(|a| a == "--check")),
+        Some("device-bundle") => {
+            let dir = args.get(1).context(USAGE)?;
+            device_bundle(&root, Path::new(dir))
+        }
+        _ => bail!("{USAGE}"),
+    }
+}
+
+fn project_root() -> Result<PathBuf> {
+    let manifest = std::env::var("CARGO_MANIFEST_DIR").context("run this through `cargo xtask`")?;
+    Path::new(&manifest)
+        .parent()
+        .map(Path::to_path_buf)
+        .context("xtask has no parent directory")
+}
+
+fn step(name: &str) {
+    eprintln!("==> {name}");
+}
+
+/// Runs a command, failing with its name when it exits non-zero.
+fn sh(cmd: &mut Command) -> Result<()> {
+    let shown = format!("{cmd:?}");
+    let status = cmd
+        .status()
+        .with_context(|| format!("failed to start {shown}"))?;
+    if !status.success() {
+        bail!("{shown} failed with {status}");
+    }
+    Ok(())
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+fn venv_python(root: &Path) -> PathBuf {
+    root.join(VENV).join("bin").join("python")
+}
+
+/// Creates `.venv` and installs the pinned requirements; a no-op (seconds) when already right.
+fn setup(root: &Path) -> Result<PathBuf> {
+    let req = root.join(REQUIREMENTS);
+    let req_text =
+        std::fs::read(&req).with_context(|| format!("failed to read `{}`", req.display()))?;
+    let want = kg_contract::io::sha256_hex(&req_text);
+    let python = venv_python(root);
+    let stamp = root.join(STAMP);
+    let imports = "import torch, triton, numpy, pytest, safetensors";
+    if python.is_file() && std::fs::read_to_string(&stamp).is_ok_and(|s| s.trim() == want) {
+        let ok = Command::new(&python)
+            .args(["-c", imports])
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            eprintln!("`.venv` is up to date with `{REQUIREMENTS}`");
+            return Ok(python);
+        }
+        eprintln!("`.venv` exists but does not import its packages; reinstalling");
+    }
+    let t0 = Instant::now();
+    if !python.is_file() {
+        step("creating .venv");
+        let base = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+        sh(Command::new(&base).args(["-m", "venv", VENV])).with_context(|| {
+            format!("failed to create `.venv` with `{base}`; install Python 3.10+ with the venv module, or set PYTHON to one")
+        })?;
+    }
+    step(&format!(
+        "installing {REQUIREMENTS} into .venv (torch is large; the first time takes minutes)"
+    ));
+    sh(Command::new(&python).args([
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        "--quiet",
+        "-r",
+        REQUIREMENTS,
+    ]))?;
+    sh(Command::new(&python).args(["-c", imports]))
+        .context("packages installed but do not import")?;
+    std::fs::write(&stamp, format!("{want}\n"))
+        .with_context(|| format!("failed to write `{}`", stamp.display()))?;
+    eprintln!("`.venv` ready in {:.0} s", t0.elapsed().as_secs_f64());
+    Ok(python)
+}
+
+fn test(root: &Path) -> Result<()> {
+    let python = setup(root)?;
+    step("cargo fmt --check");
+    sh(cargo().args(["fmt", "--all", "--check"]))
+        .context("formatting differs; run `cargo fmt --all`")?;
+    step("cargo clippy --all-targets -- -D warnings");
+    sh(cargo().args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--all-features",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    step("schemas are fresh");
+    schemas(root, true)?;
+    step("cargo nextest run --workspace");
+    sh(cargo()
+        .args([
+            "nextest",
+            "run",
+            "--workspace",
+            "--all-features",
+            "--no-fail-fast",
+        ])
+        .env("KG_TEST_PYTHON", &python))?;
+    let py_tests = root.join("crates/exec/py/tests");
+    if py_tests.is_dir() {
+        step("pytest crates/exec/py/tests");
+        sh(Command::new(&python)
+            .args(["-m", "pytest", "-q"])
+            .arg(&py_tests))?;
+    }
+    eprintln!("all checks passed");
+    Ok(())
+}
+
+fn build_release() -> Result<()> {
+    step("cargo build --release");
+    let mut cmd = cargo();
+    cmd.args(["build", "--release"]);
+    for b in BINARIES {
+        cmd.args(["--bin", b]);
+    }
+    sh(&mut cmd)
+}
+
+fn quickstart(root: &Path) -> Result<()> {
+    build_release()?;
+    let python = setup(root)?;
+    let bench = root.join("target/release/kg-bench");
+    let out = root.join("kg-results/core");
+    step("kg-bench dataset validate problems/core");
+    sh(Command::new(&bench)
+        .args(["dataset", "validate", "problems/core", "--python"])
+        .arg(&python))?;
+    step("kg-bench run problems/core --solutions bundled --device auto");
+    let status = Command::new(&bench)
+        .args([
+            "run",
+            "problems/core",
+            "--solutions",
+            "bundled",
+            "--device",
+            "auto",
+            "--rerun",
+            "-o",
+        ])
+        .arg(&out)
+        .arg("--python")
+        .arg(&python)
+        .status()
+        .with_context(|| format!("failed to start `{}`", bench.display()))?;
+    eprintln!();
+    eprintln!("traces:  {}/<problem>/<solution>.jsonl", out.display());
+    eprintln!("summary: {}/summary.json", out.display());
+    match status.code() {
+        Some(0) => Ok(()),
+        Some(1) => bail!(
+            "some workloads did not pass; see the table above and {}/summary.json",
+            out.display()
+        ),
+        _ => bail!("kg-bench run failed with {status}"),
+    }
+}
+
+fn schemas(root: &Path, check: bool) -> Result<()> {
+    let dir = root.join("docs/schemas");
+    let mut stale = Vec::new();
+    for (name, text) in kg_contract::schema::all() {
+        let path = dir.join(name);
+        let current = std::fs::read_to_string(&path).unwrap_or_default();
+        if current == text {
+            continue;
+        }
+        if check {
+            stale.push(name);
+        } else {
+            kg_contract::io::write_atomic(&path, text.as_bytes())?;
+            eprintln!("wrote {}", path.display());
+        }
+    }
+    if !stale.is_empty() {
+        bail!(
+            "stale JSON schemas: {}; run `cargo xtask schemas`",
+            stale.join(", ")
+        );
+    }
+    Ok(())
+}
+
+fn device_bundle(root: &Path, dir: &Path) -> Result<()> {
+    build_release()?;
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("failed to create `{}`", dir.display()))?;
+    for b in BINARIES {
+        let from = root.join("target/release").join(b);
+        let to = dir.join(b);
+        std::fs::copy(&from, &to).with_context(|| {
+            format!("failed to copy `{}` to `{}`", from.display(), to.display())
+        })?;
+    }
+    eprintln!("release binaries in `{}`", dir.display());
+    Ok(())
+}
