@@ -37,7 +37,7 @@ pub enum Axis {
 /// A named input or output of a definition.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TensorSpec {
-    /// Axis names; `[]` is a 0-d tensor and `null` a Python scalar.
+    /// Axis names (or literal sizes such as `"4"`); `[]` is a 0-d tensor and `null` a Python scalar.
     pub shape: Option<Vec<String>>,
     /// Element type.
     pub dtype: DType,
@@ -64,6 +64,9 @@ pub struct Definition {
     /// Human-readable description (our corpus cites the model and layer here).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// Hugging Face model id the definition was taken from (upstream `hf_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hf_id: Option<String>,
     /// Symbolic axes by name, in declaration order.
     pub axes: IndexMap<String, Axis>,
     /// Optional free-form tags (FlashInfer-Bench).

@@ -39,8 +39,14 @@ pub fn parse_json<T: DeserializeOwned>(
             Ok((v, unknown))
         }
         Err(err) => {
-            let field = err.path().to_string();
-            let field = if field == "." { String::new() } else { field };
+            // serde_path_to_error writes `?` for a map key it had not read yet (syntax errors).
+            let mut field = err.path().to_string();
+            while let Some(stripped) = field.strip_suffix(".?") {
+                field.truncate(stripped.len());
+            }
+            if field == "." || field == "?" {
+                field.clear();
+            }
             Err(parse_error(path, line, field, err.inner()))
         }
     }
@@ -154,10 +160,18 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ContractError> {
         _ => PathBuf::from("."),
     };
     std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".kg-tmp-")
-        .tempfile_in(&dir)
-        .map_err(io_err(&dir))?;
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".kg-tmp-");
+    // A temp file is private (0600); the artifact keeps the mode of the file it replaces, or
+    // gets the usual 0666 minus umask, so other users and tools can read what we wrote.
+    let mode = match std::fs::metadata(path) {
+        Ok(m) => Some(m.permissions()),
+        Err(_) => default_permissions(),
+    };
+    if let Some(mode) = mode {
+        builder.permissions(mode);
+    }
+    let mut tmp = builder.tempfile_in(&dir).map_err(io_err(&dir))?;
     tmp.write_all(bytes).map_err(io_err(path))?;
     tmp.as_file().sync_all().map_err(io_err(path))?;
     tmp.persist(path).map_err(|e| ContractError::Io {
@@ -165,6 +179,17 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ContractError> {
         source: e.error,
     })?;
     Ok(())
+}
+
+#[cfg(unix)]
+fn default_permissions() -> Option<std::fs::Permissions> {
+    use std::os::unix::fs::PermissionsExt;
+    Some(std::fs::Permissions::from_mode(0o666))
+}
+
+#[cfg(not(unix))]
+fn default_permissions() -> Option<std::fs::Permissions> {
+    None
 }
 
 /// Appends one complete line to a JSONL file atomically (the whole file is rewritten through
@@ -214,6 +239,25 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names.len(), 1, "{names:?}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn atomic_write_is_not_private_and_keeps_an_existing_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("artifact.json");
+        write_atomic(&p, b"one").unwrap();
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        // 0666 minus whatever umask the test runs under: never the temp file's 0600 unless the
+        // umask itself is 077.
+        assert_ne!(mode & 0o600, 0, "{mode:o}");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o640)).unwrap();
+        write_atomic(&p, b"two").unwrap();
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o640
+        );
     }
 
     #[test]

@@ -2,9 +2,14 @@
 //!
 //! - SOL-ExecBench / FlashInfer-Bench formats: [`Definition`], [`Workload`], [`Solution`],
 //!   [`Trace`] (with the nine [`Status`]es). kernelgate's additions (timing method, spread,
-//!   device identity, clocks) are optional fields that upstream readers ignore.
+//!   device identity, clocks) are optional fields that upstream readers ignore. Unknown fields
+//!   are accepted and returned as warnings, never rejected (upstream files carry extras).
+//! - [`load_solution`], [`load_traces`] (which applies [`Evaluation::check_nullable`]: the
+//!   status decides whether `correctness` / `performance` are present).
 //! - [`Problem`]: a problem directory, loaded and validated; errors name the file, the JSONL
 //!   line and the field ([`ContractError`], [`Location`]).
+//! - [`GpuClaim`]: evidence of which GPU a run held (kg-gpu writes it), and the [`LockOwner`]
+//!   record in kg-gpu's lock files.
 //! - [`DType`]: the dtype table with storage sizes.
 //! - [`shape::resolve`]: a workload's axes bound into concrete shapes.
 //! - [`io`]: SHA-256 content addressing and atomic writes, used by every artifact writer.
@@ -12,6 +17,7 @@
 //!
 //! This crate depends on nothing else in kernelgate and does no process or GPU work.
 
+pub mod claim;
 pub mod definition;
 pub mod dtype;
 pub mod error;
@@ -23,14 +29,15 @@ pub mod solution;
 pub mod trace;
 pub mod workload;
 
+pub use claim::{ClaimClocks, ClaimLocks, GpuClaim, IdlenessBasis, LockOwner};
 pub use definition::{Axis, Definition, TensorSpec};
 pub use dtype::DType;
 pub use error::{ContractError, Location};
 pub use problem::{LoadedWorkload, Problem, load_definition, load_solution};
 pub use solution::{BuildSpec, CompileOptions, Solution, SourceFile};
 pub use trace::{
-    ClockState, Correctness, DeviceIdentity, Environment, Evaluation, Performance, Spread, Status,
-    TimingMethod, Trace,
+    ClockState, Correctness, DeviceIdentity, Environment, Evaluation, NullableError, Performance,
+    Spread, Status, TimingMethod, Trace, load_traces,
 };
 pub use workload::{InputSpec, ScalarValue, Tolerance, Workload};
 

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::definition::Definition;
+use crate::definition::{Axis, Definition};
 use crate::error::{ContractError, Location};
 use crate::io::{load_json, load_jsonl, read_to_string};
 use crate::shape::{self, Resolved};
@@ -88,6 +88,15 @@ pub fn load_definition(path: &Path) -> Result<(Definition, Vec<String>), Contrac
     Ok((def, warnings))
 }
 
+/// Whether Python `source` has a top-level `def name(` (a textual check, no Python parser).
+fn defines_function(source: &str, name: &str) -> bool {
+    source.lines().any(|line| {
+        line.strip_prefix("def ")
+            .and_then(|rest| rest.trim_start().strip_prefix(name))
+            .is_some_and(|rest| rest.trim_start().starts_with('('))
+    })
+}
+
 fn check_definition(def: &Definition, path: &Path) -> Result<(), ContractError> {
     if def.name.trim().is_empty() {
         return Err(invalid(
@@ -97,7 +106,7 @@ fn check_definition(def: &Definition, path: &Path) -> Result<(), ContractError> 
             "empty; expected a unique name".into(),
         ));
     }
-    if !def.reference.contains("def run") {
+    if !defines_function(&def.reference, "run") {
         return Err(invalid(
             path,
             None,
@@ -113,10 +122,35 @@ fn check_definition(def: &Definition, path: &Path) -> Result<(), ContractError> 
             "empty; expected at least one output".into(),
         ));
     }
+    for (name, axis) in &def.axes {
+        match axis {
+            Axis::Const { value, .. } if *value < 0 => {
+                return Err(invalid(
+                    path,
+                    None,
+                    format!("axes.{name}.value"),
+                    format!("is {value}; sizes must be >= 0"),
+                ));
+            }
+            Axis::Expr { expression, .. } => {
+                shape::check_expression(expression, def.axes.keys()).map_err(|e| {
+                    invalid(
+                        path,
+                        None,
+                        format!("axes.{name}.expression"),
+                        format!(
+                            "`{expression}`: {e}; expected axis names, integers, `+ - * / // % **` and parentheses"
+                        ),
+                    )
+                })?;
+            }
+            _ => {}
+        }
+    }
     for (kind, specs) in [("inputs", &def.inputs), ("outputs", &def.outputs)] {
         for (tname, spec) in specs {
             for axis in spec.shape.iter().flatten() {
-                if !def.axes.contains_key(axis) {
+                if !def.axes.contains_key(axis) && shape::literal_dim(axis).is_none() {
                     return Err(invalid(
                         path,
                         None,
@@ -131,6 +165,14 @@ fn check_definition(def: &Definition, path: &Path) -> Result<(), ContractError> 
         }
     }
     for name in def.inputs.keys() {
+        if def.axes.contains_key(name) {
+            return Err(invalid(
+                path,
+                None,
+                format!("inputs.{name}"),
+                "has the same name as an axis; input and axis names must be distinct".into(),
+            ));
+        }
         if def.outputs.contains_key(name) {
             return Err(invalid(
                 path,
@@ -141,7 +183,7 @@ fn check_definition(def: &Definition, path: &Path) -> Result<(), ContractError> 
         }
     }
     if let Some(ep) = &def.custom_inputs_entrypoint
-        && !def.reference.contains(&format!("def {ep}"))
+        && !defines_function(&def.reference, ep)
     {
         return Err(invalid(
             path,
@@ -166,7 +208,7 @@ pub fn check_workload(
             shape::ShapeError::Unknown { axis, .. }
             | shape::ShapeError::Contradiction { axis, .. }
             | shape::ShapeError::Negative { axis, .. } => format!("axes.{axis}"),
-            shape::ShapeError::Unbound { .. } => "axes".to_string(),
+            shape::ShapeError::Unbound { axis } => format!("axes.{axis}"),
             shape::ShapeError::Expr { axis, .. } => format!("axes.{axis}"),
             shape::ShapeError::UndeclaredInShape { tensor, .. } => format!("inputs.{tensor}"),
         };
@@ -177,11 +219,11 @@ pub fn check_workload(
             return Err(at(
                 format!("inputs.{name}"),
                 format!(
-                    "missing; the definition declares input `{name}`, expected e.g. {{\"type\": \"{}\"}}",
+                    "missing; the definition declares input `{name}`, expected e.g. `\"{name}\": {}`",
                     if spec.is_scalar() {
-                        "scalar\", \"value\": ..."
+                        r#"{"type": "scalar", "value": <number>}"#
                     } else {
-                        "random"
+                        r#"{"type": "random"}"#
                     }
                 ),
             ));
@@ -211,6 +253,28 @@ pub fn check_workload(
             }
             _ => {}
         }
+    }
+    let custom: Vec<&str> = w
+        .inputs
+        .iter()
+        .filter(|(_, i)| matches!(i, InputSpec::Custom))
+        .map(|(n, _)| n.as_str())
+        .collect();
+    if !custom.is_empty() && custom.len() != w.inputs.len() {
+        let other: Vec<&str> = w
+            .inputs
+            .iter()
+            .filter(|(_, i)| !matches!(i, InputSpec::Custom))
+            .map(|(n, _)| n.as_str())
+            .collect();
+        return Err(at(
+            format!("inputs.{}.type", other.first().copied().unwrap_or_default()),
+            format!(
+                "mixes `custom` inputs ({}) with other types ({}); the custom entry point builds all inputs, so either every input is `custom` or none is",
+                custom.join(", "),
+                other.join(", ")
+            ),
+        ));
     }
     for name in w.inputs.keys() {
         if !def.inputs.contains_key(name) {
@@ -310,7 +374,7 @@ impl Problem {
 /// Loads a solution file and checks its entry point.
 pub fn load_solution(path: &Path) -> Result<(Solution, Vec<String>), ContractError> {
     let (sol, unknown): (Solution, _) = load_json(path)?;
-    if sol.spec.entry().is_none() {
+    if sol.spec.entry().is_none() || sol.spec.entry_point.matches("::").count() != 1 {
         return Err(invalid(
             path,
             None,
@@ -339,6 +403,17 @@ pub fn load_solution(path: &Path) -> Result<(Solution, Vec<String>), ContractErr
         ));
     }
     for (i, s) in sol.sources.iter().enumerate() {
+        if let Some(first) = sol.sources[..i].iter().position(|o| o.path == s.path) {
+            return Err(invalid(
+                path,
+                None,
+                format!("sources[{i}].path"),
+                format!(
+                    "`{}` repeats the path of `sources[{first}]`; source paths must be unique",
+                    s.path
+                ),
+            ));
+        }
         let p = Path::new(&s.path);
         if p.is_absolute()
             || p.components()

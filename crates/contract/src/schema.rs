@@ -1,6 +1,6 @@
 //! JSON Schema for every artifact type (written to `docs/schemas/` by `cargo xtask schemas`).
 
-use crate::{Definition, Solution, Trace, Workload};
+use crate::{Definition, GpuClaim, LockOwner, Solution, Trace, Workload};
 
 /// `(file name, pretty JSON schema)` for every artifact type.
 pub fn all() -> Vec<(&'static str, String)> {
@@ -15,5 +15,7 @@ pub fn all() -> Vec<(&'static str, String)> {
         ("workload.schema.json", one::<Workload>()),
         ("solution.schema.json", one::<Solution>()),
         ("trace.schema.json", one::<Trace>()),
+        ("gpu-claim.schema.json", one::<GpuClaim>()),
+        ("gpu-lock-owner.schema.json", one::<LockOwner>()),
     ]
 }

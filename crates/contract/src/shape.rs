@@ -8,7 +8,9 @@ use crate::definition::{Axis, Definition};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ShapeError {
     /// A `var` axis has no value in the workload.
-    #[error("axis `{axis}` is `var` but the workload gives no value for it")]
+    #[error(
+        "axis `{axis}` is `var` but the workload gives no value for it; add `\"{axis}\": <size>` to the workload's `axes`"
+    )]
     Unbound {
         /// Axis name.
         axis: String,
@@ -22,10 +24,14 @@ pub enum ShapeError {
         declared: String,
     },
     /// The workload gives a `const` or `expr` axis a value that differs from the definition's.
-    #[error("axis `{axis}` is {expected} by the definition, but the workload says {given}")]
+    #[error(
+        "axis `{axis}` is `{kind}` = {expected} in the definition, but the workload gives {given}; drop it from the workload or give {expected}"
+    )]
     Contradiction {
         /// Axis name.
         axis: String,
+        /// `const` or `expr`.
+        kind: &'static str,
         /// Value the definition implies.
         expected: i64,
         /// Value the workload gives.
@@ -73,6 +79,14 @@ pub struct Resolved {
     pub outputs: Shapes,
 }
 
+/// A literal size written in a shape instead of an axis name (upstream accepts `"4"`).
+pub fn literal_dim(dim: &str) -> Option<i64> {
+    if dim.is_empty() || !dim.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    dim.parse().ok()
+}
+
 /// Binds a workload's axis values into the definition and evaluates `expr` axes.
 pub fn resolve(def: &Definition, given: &IndexMap<String, i64>) -> Result<Resolved, ShapeError> {
     for name in given.keys() {
@@ -92,6 +106,7 @@ pub fn resolve(def: &Definition, given: &IndexMap<String, i64>) -> Result<Resolv
                 {
                     return Err(ShapeError::Contradiction {
                         axis: name.clone(),
+                        kind: "const",
                         expected: *value,
                         given: g,
                     });
@@ -156,6 +171,7 @@ pub fn resolve(def: &Definition, given: &IndexMap<String, i64>) -> Result<Resolv
             if g != v {
                 return Err(ShapeError::Contradiction {
                     axis: name.clone(),
+                    kind: "expr",
                     expected: v,
                     given: g,
                 });
@@ -182,8 +198,8 @@ pub fn resolve(def: &Definition, given: &IndexMap<String, i64>) -> Result<Resolv
                 Some(dims) => {
                     let mut s = Vec::with_capacity(dims.len());
                     for d in dims {
-                        match ordered.get(d) {
-                            Some(&v) => s.push(v),
+                        match ordered.get(d).copied().or_else(|| literal_dim(d)) {
+                            Some(v) => s.push(v),
                             None => {
                                 return Err(ShapeError::UndeclaredInShape {
                                     tensor: tname.clone(),
@@ -390,6 +406,21 @@ impl Parser<'_> {
             Some(t) => Err(EvalError::Syntax(format!("unexpected {t:?}"))),
             None => Err(EvalError::Syntax("unexpected end of expression".into())),
         }
+    }
+}
+
+/// Checks an axis expression's syntax and that every name in it is one of `axes`.
+///
+/// Arithmetic errors (division by zero, inexact `/`) depend on the values and are left to
+/// [`resolve`].
+pub fn check_expression<'a>(
+    expression: &str,
+    axes: impl IntoIterator<Item = &'a String>,
+) -> Result<(), EvalError> {
+    let env: IndexMap<String, i64> = axes.into_iter().map(|n| (n.clone(), 1)).collect();
+    match eval(expression, &env) {
+        Ok(_) | Err(EvalError::Arith(_)) => Ok(()),
+        Err(e) => Err(e),
     }
 }
 

@@ -3,10 +3,14 @@
 //! Fields beyond upstream (timing method, spread, device identity, clocks) are additive and
 //! optional, so upstream readers ignore them and we read upstream traces.
 
+use std::path::Path;
+
 use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::error::{ContractError, Location};
+use crate::io::load_jsonl;
 use crate::workload::Workload;
 
 /// The outcome of evaluating one workload.
@@ -62,6 +66,17 @@ impl Status {
         }
     }
 
+    /// Whether an evaluation with this status must carry `correctness` (PASSED and
+    /// INCORRECT_NUMERICAL); every other status must not.
+    pub fn has_correctness(self) -> bool {
+        matches!(self, Status::Passed | Status::IncorrectNumerical)
+    }
+
+    /// Whether an evaluation with this status must carry `performance` (PASSED only).
+    pub fn has_performance(self) -> bool {
+        self == Status::Passed
+    }
+
     /// Parses the upstream spelling.
     pub fn parse(s: &str) -> Option<Status> {
         Status::ALL.into_iter().find(|x| x.as_str() == s)
@@ -91,9 +106,11 @@ pub enum TimingMethod {
 /// Correctness summary (present for PASSED and INCORRECT_NUMERICAL).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Correctness {
-    /// Largest `|o-r| / max(|r|, atol)` over all rounds.
+    /// Largest `|o-r| / max(|r|, atol)` over all rounds (upstream default 0).
+    #[serde(default)]
     pub max_relative_error: f64,
-    /// Largest `|o-r|` over all rounds.
+    /// Largest `|o-r|` over all rounds (upstream default 0).
+    #[serde(default)]
     pub max_absolute_error: f64,
     /// NaN in output or reference.
     #[serde(default)]
@@ -101,6 +118,9 @@ pub struct Correctness {
     /// Inf (and no NaN) in output or reference.
     #[serde(default)]
     pub has_inf: bool,
+    /// Free-form extra metrics (upstream `extra`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra: Option<IndexMap<String, serde_json::Value>>,
     /// Smallest matched-element ratio over rounds (kernelgate addition).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_matched_ratio: Option<f64>,
@@ -129,11 +149,14 @@ pub struct Spread {
 /// Performance summary (present for PASSED).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Performance {
-    /// Median candidate latency per call.
+    /// Median candidate latency per call (upstream default 0).
+    #[serde(default)]
     pub latency_ms: f64,
-    /// Median reference latency per call, same method and device.
+    /// Median reference latency per call, same method and device (upstream default 0).
+    #[serde(default)]
     pub reference_latency_ms: f64,
-    /// `reference_latency_ms / latency_ms`.
+    /// `reference_latency_ms / latency_ms` (upstream default 0).
+    #[serde(default)]
     pub speedup_factor: f64,
     /// How both latencies were measured (kernelgate addition).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -234,6 +257,101 @@ pub struct Evaluation {
     /// ISO 8601 time of the result.
     #[serde(default)]
     pub timestamp: String,
+}
+
+/// An evaluation whose `correctness` / `performance` presence contradicts its status.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NullableError {
+    /// The status requires a table that is null or absent.
+    #[error("is null or absent, but status {status} requires it")]
+    Missing {
+        /// The evaluation's status.
+        status: Status,
+        /// `correctness` or `performance`.
+        field: &'static str,
+    },
+    /// The status forbids a table that is present.
+    #[error(
+        "is present, but status {status} must not carry it (correctness: PASSED and INCORRECT_NUMERICAL only; performance: PASSED only)"
+    )]
+    Unexpected {
+        /// The evaluation's status.
+        status: Status,
+        /// `correctness` or `performance`.
+        field: &'static str,
+    },
+}
+
+impl NullableError {
+    /// The offending field, `correctness` or `performance`.
+    pub fn field(&self) -> &'static str {
+        match self {
+            NullableError::Missing { field, .. } | NullableError::Unexpected { field, .. } => field,
+        }
+    }
+}
+
+impl Evaluation {
+    /// Checks the upstream nullable rules: PASSED carries correctness and performance,
+    /// INCORRECT_NUMERICAL carries correctness and no performance, every other status neither.
+    pub fn check_nullable(&self) -> Result<(), NullableError> {
+        let status = self.status;
+        for (field, want, have) in [
+            (
+                "correctness",
+                status.has_correctness(),
+                self.correctness.is_some(),
+            ),
+            (
+                "performance",
+                status.has_performance(),
+                self.performance.is_some(),
+            ),
+        ] {
+            match (want, have) {
+                (true, false) => return Err(NullableError::Missing { status, field }),
+                (false, true) => return Err(NullableError::Unexpected { status, field }),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Loads a traces JSONL file and checks every evaluation's nullable rules.
+///
+/// Returns the traces in file order and warnings (unknown fields, likely typos).
+pub fn load_traces(path: &Path) -> Result<(Vec<Trace>, Vec<String>), ContractError> {
+    let mut traces = Vec::new();
+    let mut warnings = Vec::new();
+    for (line, trace, unknown) in load_jsonl::<Trace>(path)? {
+        warnings.extend(unknown.into_iter().map(|f| {
+            format!(
+                "`{}` line {line}: unknown field `{f}` ignored",
+                path.display()
+            )
+        }));
+        let at = |field: String, message: String| ContractError::Invalid {
+            at: Location {
+                path: path.to_path_buf(),
+                line: Some(line),
+                field,
+            },
+            message,
+        };
+        if trace.definition.trim().is_empty() {
+            return Err(at(
+                "definition".into(),
+                "empty; expected the definition's name".into(),
+            ));
+        }
+        if let Some(eval) = &trace.evaluation {
+            eval.check_nullable()
+                .map_err(|e| at(format!("evaluation.{}", e.field()), e.to_string()))?;
+        }
+        traces.push(trace);
+    }
+    Ok((traces, warnings))
 }
 
 /// One trace: a JSONL line of a traces file.

@@ -5,7 +5,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// A Python scalar value: `int`, `float` or `bool`.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, JsonSchema)]
 #[serde(untagged)]
 pub enum ScalarValue {
     /// `True` / `False`.
@@ -14,6 +14,35 @@ pub enum ScalarValue {
     Int(i64),
     /// A float.
     Float(f64),
+}
+
+impl<'de> Deserialize<'de> for ScalarValue {
+    fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = ScalarValue;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an int, a float or a bool")
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<ScalarValue, E> {
+                Ok(ScalarValue::Bool(v))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<ScalarValue, E> {
+                Ok(ScalarValue::Int(v))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<ScalarValue, E> {
+                i64::try_from(v).map(ScalarValue::Int).map_err(|_| {
+                    E::custom(format!(
+                        "integer {v} does not fit in a signed 64-bit int; write it as a float"
+                    ))
+                })
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<ScalarValue, E> {
+                Ok(ScalarValue::Float(v))
+            }
+        }
+        de.deserialize_any(V)
+    }
 }
 
 /// Where one input's data comes from.
