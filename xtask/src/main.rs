@@ -5,6 +5,7 @@
 //! - `quickstart`: release build, `.venv`, then the bundled corpus on the best available device.
 //! - `schemas [--check]`: write (or check) `docs/schemas/*.json` from kg-contract.
 //! - `device-bundle DIR`: release binaries copied into DIR, for carrying to a GPU machine.
+//! - `release ...`: a scored, hash-bound release bundle of a corpus (see `release.rs`).
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -13,6 +14,8 @@ use std::process::{Command, ExitCode};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
+
+mod release;
 
 const USAGE: &str =
     "usage: cargo xtask <setup|test|quickstart|schemas [--check]|device-bundle DIR>";
@@ -45,6 +48,7 @@ fn run() -> Result<()> {
             let dir = args.get(1).context(USAGE)?;
             device_bundle(&root, Path::new(dir))
         }
+        Some("release") => release::release(&root, &args[1..]),
         _ => bail!("{USAGE}"),
     }
 }
