@@ -1,3 +1,38 @@
-//! kg-heldout: held-out shape generation and original-versus-optimised evaluation.
+//! kg-heldout: held-out shape evaluation, compatible with AgentKernelArena's `src.held_out`.
 //!
-//! Not built yet: this crate is a placeholder in the workspace layout and exports nothing.
+//! Does an optimised kernel still work, and stay fast, on shapes it never saw?
+//!
+//! - [`task`]: AKA tasks (`config.yaml`), discovery and the held-out scope
+//!   (`triton2triton/vllm`, `triton2triton/rocmbench`, `hip2hip|torch2hip/gpumode`).
+//! - [`generate`]: `held_out_tests/<task>/held_out_shapes.yaml` per task, by the deterministic
+//!   [`rules`] backend (default; seeded) or an [`agent`] CLI. Rules-generated injections are
+//!   applied to the task's own files in memory before they are written.
+//! - [`shapes_file`]: the YAML format (AKA's fields plus `shapes` and `generator`) and
+//!   applying its injections through kg-inject (byte-exact, re-parsed).
+//! - [`eval`]: the `RUN_heldout/` flow — `orig/` and `opt/` per task, injections, the task's
+//!   commands through [`runner`], [`perf`] report parsing and case matching, statuses and
+//!   [`summary`] (AKA's fields plus speedup retention and a Wilson interval).
+//! - [`python`]: which interpreter runs `python`/`pytest` commands.
+//!
+//! Ownership: evaluation only reads the run directory and the tasks directory; everything it
+//! writes is under the sibling output directory, which it owns. Each task command runs in its
+//! own process group that the [`runner`] kills on timeout. Per-task failures become `error`
+//! entries, never a crash of the whole evaluation.
+//!
+//! Not for: timing kernels itself (the task's own performance command does), or judging
+//! numerical correctness (the task's correctness command does).
+
+pub mod agent;
+pub mod error;
+pub mod eval;
+pub mod generate;
+pub mod perf;
+pub mod python;
+pub mod rules;
+pub mod runner;
+pub mod shapes_file;
+pub mod summary;
+pub mod task;
+pub mod yaml;
+
+pub use error::HeldoutError;

@@ -1,0 +1,279 @@
+//! End to end on the fixtures: `kg-heldout generate` then `kg-heldout eval` on CPU (PyTorch,
+//! Triton through its interpreter). Needs a Python with torch and triton: `KG_TEST_PYTHON`,
+//! else `<workspace>/.venv/bin/python`, else `python3`. Without torch the test fails when `CI`
+//! is set and is skipped (with a message) otherwise.
+
+#![allow(
+    clippy::print_stderr,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use kg_heldout::summary::{HeldoutSummary, HeldoutTaskResult};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+fn python() -> Option<PathBuf> {
+    let cands: Vec<PathBuf> = match std::env::var("KG_TEST_PYTHON") {
+        Ok(p) => vec![p.into()],
+        Err(_) => vec![workspace().join(".venv/bin/python"), "python3".into()],
+    };
+    for p in cands {
+        let ok = Command::new(&p)
+            .args(["-c", "import torch, triton, pytest"])
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            return Some(p);
+        }
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!(
+            "CI is set but no Python with torch, triton and pytest was found (set KG_TEST_PYTHON)"
+        );
+    }
+    eprintln!("skipping: no Python with torch, triton and pytest (set KG_TEST_PYTHON)");
+    None
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), dst).unwrap();
+        }
+    }
+}
+
+/// Every file under `dir` with its content, to prove the run directory is never modified.
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.insert(p.clone(), std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
+}
+
+/// The synthetic run: each overlay workspace is the task directory with the overlay's
+/// optimised files and `task_result.yaml` on top, as AgentKernelArena leaves a workspace.
+fn build_run(root: &Path) -> PathBuf {
+    let fx = workspace().join("fixtures/heldout");
+    let overlay = fx.join("run-overlay/run_20261129_120000");
+    let run = root.join("ws_cpu_rules").join("run_20261129_120000");
+    for e in std::fs::read_dir(&overlay).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy().into_owned();
+        let tr = std::fs::read_to_string(e.path().join("task_result.yaml")).unwrap();
+        let id = tr
+            .lines()
+            .find_map(|l| l.strip_prefix("task_name: "))
+            .unwrap()
+            .trim()
+            .to_string();
+        let ws = run.join(&name);
+        copy_tree(&fx.join("tasks").join(&id), &ws);
+        copy_tree(&e.path(), &ws);
+    }
+    // A workspace whose agent renamed TEST_SHAPES: the injection cannot apply -> error entry.
+    let broken = run.join("triton2triton_vllm_kg_vec_add_20261129_130000");
+    copy_tree(
+        &run.join("triton2triton_vllm_kg_vec_add_20261129_120000"),
+        &broken,
+    );
+    let runner = broken.join("scripts/task_runner.py");
+    let text = std::fs::read_to_string(&runner)
+        .unwrap()
+        .replace("TEST_SHAPES", "SHAPES");
+    std::fs::write(&runner, text).unwrap();
+    run
+}
+
+fn kg(args: &[&str], py: &Path, cwd: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_kg-heldout"))
+        .args(args)
+        .env("PYTHON_BIN", py)
+        .env("RUST_LOG", "warn")
+        .current_dir(cwd)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn generate_then_eval_on_cpu_fixtures() {
+    let Some(py) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let tasks = workspace().join("fixtures/heldout/tasks");
+    let heldout = tmp.path().join("held_out_tests");
+    let t = tasks.to_str().unwrap();
+    let h = heldout.to_str().unwrap();
+
+    // Dry run writes nothing.
+    let out = kg(
+        &["generate", "--tasks-dir", t, "--output-dir", h, "--dry-run"],
+        &py,
+        tmp.path(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!heldout.exists());
+    let listing = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(listing.matches("supported    ").count(), 4, "{listing}");
+
+    let out = kg(
+        &["generate", "--tasks-dir", t, "--output-dir", h],
+        &py,
+        tmp.path(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let first =
+        std::fs::read(heldout.join("triton2triton/vllm/kg_scale_rows/held_out_shapes.yaml"))
+            .unwrap();
+    // Deterministic: a second run writes the same bytes.
+    let out = kg(
+        &["generate", "--tasks-dir", t, "--output-dir", h],
+        &py,
+        tmp.path(),
+    );
+    assert!(out.status.success());
+    let second =
+        std::fs::read(heldout.join("triton2triton/vllm/kg_scale_rows/held_out_shapes.yaml"))
+            .unwrap();
+    assert_eq!(first, second);
+
+    let run = build_run(tmp.path());
+    let before = snapshot(&run);
+    let out = kg(
+        &[
+            "eval",
+            "--run-dir",
+            run.to_str().unwrap(),
+            "--heldout-dir",
+            h,
+            "--tasks-dir",
+            t,
+            "--timeout",
+            "300",
+        ],
+        &py,
+        tmp.path(),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // One errored task (the broken workspace) makes the exit code 1.
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert_eq!(before, snapshot(&run), "the run directory was modified");
+
+    let out_dir = run.with_file_name("run_20261129_120000_heldout");
+    let status = |ws: &str| -> HeldoutTaskResult {
+        let text =
+            std::fs::read_to_string(out_dir.join(ws).join("heldout_task_result.yaml")).unwrap();
+        serde_saphyr::from_str(&text).unwrap()
+    };
+    let add = status("triton2triton_vllm_kg_vec_add_20261129_120000");
+    assert_eq!(add.generalization_status, "both_pass", "{add:?}");
+    assert!(add.speedup_ratio > 0.0);
+    assert_eq!(add.opt_benchmark_methods, vec!["cpu_wall"]);
+    let rows = status("triton2triton_vllm_kg_scale_rows_20261129_120000");
+    assert_eq!(rows.generalization_status, "opt_regression", "{rows:?}");
+    assert!(
+        rows.error.as_deref().unwrap().contains("wrong elements"),
+        "{rows:?}"
+    );
+    assert_eq!(rows.score, 20.0);
+    let sm = status("triton2triton_rocmbench_easy_test_kg_softmax_20261129_120000");
+    assert_eq!(sm.generalization_status, "both_fail", "{sm:?}");
+    assert!(
+        sm.error
+            .as_deref()
+            .unwrap()
+            .contains("wider than this kernel supports"),
+        "{sm:?}"
+    );
+    let sp = status("hip2hip_gpumode_KgSoftplus_20261129_120000");
+    assert_eq!(sp.generalization_status, "both_pass", "{sp:?}");
+    let broken = status("triton2triton_vllm_kg_vec_add_20261129_130000");
+    assert_eq!(broken.generalization_status, "error");
+    assert!(
+        broken
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("injection failed"),
+        "{broken:?}"
+    );
+
+    // The held-out shapes really were injected into both sides.
+    let injected = std::fs::read_to_string(
+        out_dir
+            .join("triton2triton_vllm_kg_scale_rows_20261129_120000/orig/scripts/task_runner.py"),
+    )
+    .unwrap();
+    assert!(injected.contains("# alignment-stress:"));
+    assert!(
+        out_dir
+            .join("triton2triton_vllm_kg_scale_rows_20261129_120000/logs/opt_correctness_0.log")
+            .is_file()
+    );
+
+    let summary: HeldoutSummary = serde_saphyr::from_str(
+        &std::fs::read_to_string(out_dir.join("heldout_summary.yaml")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(summary.total_tasks, 5);
+    assert_eq!(summary.errored_tasks, 1);
+    assert_eq!(summary.quadrant_counts["both_pass"], 2);
+    assert_eq!(summary.quadrant_counts["opt_regression"], 1);
+    assert_eq!(summary.quadrant_counts["both_fail"], 1);
+    assert_eq!(summary.quadrant_counts["opt_improvement"], 0);
+    let c = &summary.conditional_correctness;
+    assert_eq!(
+        (c.orig_correct_count, c.opt_also_correct_count, c.rate_pct),
+        (3, 2, 66.7)
+    );
+    let ci = c.ci95.as_ref().unwrap();
+    assert_eq!((ci.low_pct, ci.high_pct), (20.8, 93.9));
+    assert_eq!(summary.heldout_speedup_stats.count, 2);
+    assert_eq!(summary.original_run_speedup_stats.count, 2);
+    assert_eq!(summary.original_run_speedup_stats.mean, 1.375);
+    assert_eq!(summary.original_run_speedup_stats.std, 0.1768);
+    let h = summary.heldout_speedup_stats.mean;
+    assert_eq!(
+        summary.generalization_gap.speedup_mean_delta,
+        kg_heldout::summary::round(h - 1.375, 4)
+    );
+    assert_eq!(
+        summary.speedup_retention.ratio,
+        kg_heldout::summary::retention(h, 1.375)
+    );
+    assert_eq!(summary.per_task.len(), 5);
+    assert!(out_dir.join("heldout_eval.log").is_file());
+}

@@ -1,0 +1,654 @@
+//! `eval`: a completed run, its held-out shapes and the canonical tasks in; a sibling
+//! `RUN<suffix>/` directory out, with per task `orig/` (the original kernel restored from the
+//! tasks directory) and `opt/` (the optimised workspace), the same injections in both, the
+//! task's commands run in each, `heldout_task_result.yaml`, and `heldout_summary.yaml`.
+//! The run directory is only read.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::error::{HeldoutError, io_err};
+use crate::perf::{self, PerfCase};
+use crate::runner::{self, CommandSpec};
+use crate::shapes_file::{self, HeldOutShapes};
+use crate::summary::{self, ERROR_STATUS, HeldoutSummary, HeldoutTaskResult};
+use crate::task::TaskConfig;
+
+/// AKA's default per-phase timeout, seconds.
+pub const DEFAULT_PHASE_TIMEOUT_S: u64 = 3600;
+
+/// Options of an evaluation.
+#[derive(Debug, Clone)]
+pub struct EvalOptions {
+    /// The completed run directory.
+    pub run_dir: PathBuf,
+    /// `held_out_tests/`.
+    pub heldout_dir: PathBuf,
+    /// The canonical tasks directory.
+    pub tasks_dir: PathBuf,
+    /// Appended to the run directory's name for the output directory.
+    pub output_suffix: String,
+    /// Only these task ids (all when empty).
+    pub tasks: Vec<String>,
+    /// Overrides every command's timeout.
+    pub timeout: Option<Duration>,
+    /// The interpreter for `python`/`python3`/`pytest` commands.
+    pub python: PathBuf,
+    /// Extra environment for every command.
+    pub env: Vec<(String, String)>,
+}
+
+/// What an evaluation produced.
+#[derive(Debug, Clone)]
+pub struct EvalOutcome {
+    /// The output directory.
+    pub output_dir: PathBuf,
+    /// Per-task results, in evaluation order.
+    pub results: Vec<HeldoutTaskResult>,
+    /// The summary (also written to `heldout_summary.yaml`).
+    pub summary: HeldoutSummary,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct RunTaskResult {
+    task_name: Option<String>,
+    pass_correctness: Option<bool>,
+    speedup_ratio: Option<f64>,
+    score: Option<f64>,
+}
+
+/// The output directory for a run: a sibling named `<run><suffix>`.
+pub fn output_dir_for(run_dir: &Path, suffix: &str) -> Result<PathBuf, HeldoutError> {
+    if suffix.is_empty()
+        || !suffix
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    {
+        return Err(HeldoutError::Usage(format!(
+            "--output-suffix `{suffix}` must be non-empty and use only letters, digits, `.`, `_` and `-`"
+        )));
+    }
+    let name = run_dir.file_name().ok_or_else(|| {
+        HeldoutError::Usage(format!(
+            "--run-dir `{}` has no directory name",
+            run_dir.display()
+        ))
+    })?;
+    let mut out = name.to_os_string();
+    out.push(suffix);
+    Ok(run_dir.with_file_name(out))
+}
+
+/// AKA's task id for a run workspace: `task_name` of its `task_result.yaml` when it has a
+/// `/`, else the directory name without its `_YYYYMMDD_HHMMSS` tail, with the first two `_`
+/// (three for rocmbench) turned into `/`.
+pub fn resolve_task_id(workspace: &Path) -> Option<String> {
+    if let Ok(r) = crate::yaml::load::<RunTaskResult>(&workspace.join("task_result.yaml"))
+        && let Some(n) = r.task_name.filter(|n| n.contains('/'))
+    {
+        return Some(n);
+    }
+    let name = workspace.file_name()?.to_str()?;
+    let mut parts: Vec<&str> = name.rsplitn(3, '_').collect();
+    if parts.len() < 3 {
+        return None;
+    }
+    parts.reverse();
+    let slug = parts[0];
+    let n = if slug.starts_with("triton2triton_rocmbench_") {
+        3
+    } else {
+        2
+    };
+    Some(slug.replacen('_', "/", n))
+}
+
+struct EvalLog {
+    file: Option<std::fs::File>,
+}
+
+impl EvalLog {
+    fn line(&mut self, msg: &str) {
+        tracing::info!("{msg}");
+        if let Some(f) = &mut self.file {
+            let _ = writeln!(f, "{msg}");
+        }
+    }
+}
+
+/// Runs the evaluation.
+pub fn evaluate(opts: &EvalOptions) -> Result<EvalOutcome, HeldoutError> {
+    let run_dir = std::fs::canonicalize(&opts.run_dir).map_err(io_err(&opts.run_dir))?;
+    let heldout_dir =
+        std::fs::canonicalize(&opts.heldout_dir).map_err(io_err(&opts.heldout_dir))?;
+    let tasks_dir = std::fs::canonicalize(&opts.tasks_dir).map_err(io_err(&opts.tasks_dir))?;
+    let output_dir = output_dir_for(&run_dir, &opts.output_suffix)?;
+    if output_dir == run_dir {
+        return Err(HeldoutError::Usage(
+            "the output directory must differ from --run-dir".into(),
+        ));
+    }
+    std::fs::create_dir_all(&output_dir).map_err(io_err(&output_dir))?;
+    let log_path = output_dir.join("heldout_eval.log");
+    let mut log = EvalLog {
+        file: std::fs::File::create(&log_path).ok(),
+    };
+    log.line(&format!("run directory: {}", run_dir.display()));
+    log.line(&format!("held-out data: {}", heldout_dir.display()));
+    log.line(&format!("tasks directory: {}", tasks_dir.display()));
+    log.line(&format!("output directory: {}", output_dir.display()));
+    log.line(&format!("python: {}", opts.python.display()));
+
+    let mut workspaces: Vec<PathBuf> = std::fs::read_dir(&run_dir)
+        .map_err(io_err(&run_dir))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir() && p.join("task_result.yaml").is_file())
+        .collect();
+    workspaces.sort();
+    log.line(&format!(
+        "found {} completed task workspaces",
+        workspaces.len()
+    ));
+
+    let mut queue = Vec::new();
+    for ws in workspaces {
+        let Some(id) = resolve_task_id(&ws) else {
+            log.line(&format!(
+                "warning: cannot resolve the task id of {}; skipped",
+                ws.display()
+            ));
+            continue;
+        };
+        if !opts.tasks.is_empty() && !opts.tasks.contains(&id) {
+            continue;
+        }
+        let yaml = heldout_dir.join(&id).join("held_out_shapes.yaml");
+        if !yaml.is_file() {
+            tracing::debug!("no held-out config for {id}; skipped");
+            continue;
+        }
+        queue.push((ws, id, yaml));
+    }
+    log.line(&format!("tasks to evaluate: {}", queue.len()));
+
+    let mut results = Vec::new();
+    let total = queue.len();
+    for (i, (ws, id, yaml)) in queue.into_iter().enumerate() {
+        log.line(&format!("task {}/{total}: {id}", i + 1));
+        let out_ws = output_dir.join(ws.file_name().unwrap_or_default());
+        let r = evaluate_task(opts, &ws, &out_ws, &id, &yaml, &tasks_dir.join(&id));
+        log.line(&format!(
+            "task {}/{total} done: {id}: {} (speedup {:.2}x){}",
+            i + 1,
+            r.generalization_status,
+            r.speedup_ratio,
+            r.error
+                .as_deref()
+                .map(|e| format!(" — {}", first_line(e)))
+                .unwrap_or_default()
+        ));
+        if let Err(e) = crate::yaml::write(
+            &out_ws.join("heldout_task_result.yaml"),
+            &r,
+            "heldout_task_result.yaml",
+        ) {
+            log.line(&format!("error: {e}"));
+        }
+        results.push(r);
+    }
+    let summary = summary::summarize(&results);
+    crate::yaml::write(
+        &output_dir.join("heldout_summary.yaml"),
+        &summary,
+        "heldout_summary.yaml",
+    )?;
+    let c = &summary.conditional_correctness;
+    log.line(&format!(
+        "quadrants: {:?}; errored: {}; conditional correctness {}/{} = {:.1}%; speedup mean delta {:+.4}x",
+        summary.quadrant_counts, summary.errored_tasks, c.opt_also_correct_count, c.orig_correct_count, c.rate_pct,
+        summary.generalization_gap.speedup_mean_delta
+    ));
+    Ok(EvalOutcome {
+        output_dir,
+        results,
+        summary,
+    })
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("")
+}
+
+fn new_result(id: &str, run: &RunTaskResult) -> HeldoutTaskResult {
+    HeldoutTaskResult {
+        task_name: id.to_string(),
+        heldout: true,
+        opt_pass_compilation: false,
+        opt_pass_correctness: false,
+        opt_execution_time: 0.0,
+        orig_heldout_pass_compilation: false,
+        orig_heldout_pass_correctness: false,
+        orig_heldout_execution_time: 0.0,
+        generalization_status: ERROR_STATUS.into(),
+        speedup_ratio: 0.0,
+        score: 0.0,
+        original_run_pass_correctness: run.pass_correctness.unwrap_or(false),
+        original_run_speedup_ratio: run.speedup_ratio.unwrap_or(0.0),
+        original_run_score: run.score.unwrap_or(0.0),
+        error: None,
+        speedup_retention: None,
+        orig_benchmark_methods: vec![],
+        opt_benchmark_methods: vec![],
+    }
+}
+
+/// Evaluates one task; problems become an `error` result, never a panic or an `Err`.
+fn evaluate_task(
+    opts: &EvalOptions,
+    ws: &Path,
+    out_ws: &Path,
+    id: &str,
+    yaml: &Path,
+    task_dir: &Path,
+) -> HeldoutTaskResult {
+    let run: RunTaskResult = crate::yaml::load(&ws.join("task_result.yaml")).unwrap_or_default();
+    let mut r = new_result(id, &run);
+    if let Err(e) = evaluate_into(opts, ws, out_ws, yaml, task_dir, &mut r) {
+        r.generalization_status = ERROR_STATUS.into();
+        r.error = Some(e);
+    }
+    r.speedup_retention = summary::retention(r.speedup_ratio, r.original_run_speedup_ratio);
+    r
+}
+
+struct Side<'a> {
+    name: &'static str,
+    dir: PathBuf,
+    logs: &'a Path,
+}
+
+fn evaluate_into(
+    opts: &EvalOptions,
+    ws: &Path,
+    out_ws: &Path,
+    yaml: &Path,
+    task_dir: &Path,
+    r: &mut HeldoutTaskResult,
+) -> Result<(), String> {
+    let shapes = HeldOutShapes::load(yaml).map_err(|e| e.to_string())?;
+    if !task_dir.is_dir() {
+        return Err(format!(
+            "canonical task directory `{}` not found",
+            task_dir.display()
+        ));
+    }
+    if out_ws.exists() {
+        std::fs::remove_dir_all(out_ws)
+            .map_err(|e| format!("cannot clear {}: {e}", out_ws.display()))?;
+    }
+    let opt_dir = out_ws.join("opt");
+    let orig_dir = out_ws.join("orig");
+    let logs = out_ws.join("logs");
+    for d in [&opt_dir, &orig_dir, &logs] {
+        std::fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+    }
+    copy_tree(ws, &opt_dir, true).map_err(|e| format!("cannot copy the workspace to opt/: {e}"))?;
+    copy_tree(ws, &orig_dir, true)
+        .map_err(|e| format!("cannot copy the workspace to orig/: {e}"))?;
+    let cfg =
+        TaskConfig::load(&opt_dir.join("config.yaml")).map_err(|e| format!("config.yaml: {e}"))?;
+    restore_original(&orig_dir, task_dir, &cfg)?;
+    for (label, dir) in [("opt", &opt_dir), ("orig", &orig_dir)] {
+        shapes_file::apply_all(dir, &shapes)
+            .map_err(|e| format!("injection failed in {label}/: {e}"))?;
+    }
+    let opt = Side {
+        name: "opt",
+        dir: opt_dir.clone(),
+        logs: &logs,
+    };
+    let orig = Side {
+        name: "orig",
+        dir: orig_dir.clone(),
+        logs: &logs,
+    };
+    let torch2hip = cfg.task_type == "torch2hip";
+    let mut baseline_cases: Vec<PerfCase> = Vec::new();
+
+    // Original kernel.
+    let orig_correct = if torch2hip {
+        r.orig_heldout_pass_compilation = true;
+        let (cases, methods) = performance(opts, &opt, &cfg, true, true, "orig_baseline")?;
+        baseline_cases = perf::valid(&cases);
+        r.orig_benchmark_methods = methods;
+        let ok = !baseline_cases.is_empty();
+        r.orig_heldout_pass_correctness = ok;
+        r.orig_heldout_execution_time = perf::mean_time(&baseline_cases);
+        if !ok {
+            r.error = Some("PyTorch baseline failed on held-out shapes".into());
+        }
+        ok
+    } else {
+        let (comp, _) = phase(
+            opts,
+            &orig,
+            &cfg.compile_command,
+            cfg.compile_timeout,
+            "compile",
+            false,
+        )?;
+        r.orig_heldout_pass_compilation = comp;
+        let ok = if comp {
+            phase(
+                opts,
+                &orig,
+                &cfg.correctness_command,
+                cfg.correctness_timeout,
+                "correctness",
+                true,
+            )?
+            .0
+        } else {
+            false
+        };
+        r.orig_heldout_pass_correctness = ok;
+        ok
+    };
+
+    // Optimised kernel.
+    let (comp, comp_err) = phase(
+        opts,
+        &opt,
+        &cfg.compile_command,
+        cfg.compile_timeout,
+        "compile",
+        false,
+    )?;
+    r.opt_pass_compilation = comp;
+    let opt_correct = if comp {
+        let (ok, err) = phase(
+            opts,
+            &opt,
+            &cfg.correctness_command,
+            cfg.correctness_timeout,
+            "correctness",
+            true,
+        )?;
+        if !ok {
+            r.error = err;
+        }
+        ok
+    } else {
+        r.error = comp_err;
+        false
+    };
+    r.opt_pass_correctness = opt_correct;
+    r.generalization_status = match (orig_correct, opt_correct) {
+        (true, true) => "both_pass",
+        (true, false) => "opt_regression",
+        (false, false) => "both_fail",
+        (false, true) => "opt_improvement",
+    }
+    .into();
+
+    // Performance, only on correct sides.
+    if orig_correct && !torch2hip {
+        let (cases, methods) = performance(opts, &orig, &cfg, true, false, "orig_performance")?;
+        baseline_cases = perf::valid(&cases);
+        r.orig_benchmark_methods = methods;
+        r.orig_heldout_execution_time = perf::mean_time(&baseline_cases);
+    }
+    let mut opt_cases = Vec::new();
+    if opt_correct {
+        let (cases, methods) = performance(opts, &opt, &cfg, false, torch2hip, "opt_performance")?;
+        opt_cases = perf::valid(&cases);
+        r.opt_benchmark_methods = methods;
+        r.opt_execution_time = perf::mean_time(&opt_cases);
+    }
+    if r.generalization_status == "both_pass" && !baseline_cases.is_empty() && !opt_cases.is_empty()
+    {
+        r.speedup_ratio = perf::speedup(&baseline_cases, &opt_cases);
+    }
+    r.score = summary::score(
+        r.opt_pass_compilation,
+        r.opt_pass_correctness,
+        r.speedup_ratio,
+        r.orig_heldout_execution_time,
+        r.opt_execution_time,
+    );
+    Ok(())
+}
+
+fn timeout_for(opts: &EvalOptions, cfg_timeout: Option<u64>) -> Duration {
+    opts.timeout
+        .unwrap_or_else(|| Duration::from_secs(cfg_timeout.unwrap_or(DEFAULT_PHASE_TIMEOUT_S)))
+}
+
+fn env_for(opts: &EvalOptions) -> Vec<(String, String)> {
+    let mut env = opts.env.clone();
+    env.push((
+        "PYTHON_BIN".into(),
+        opts.python.to_string_lossy().into_owned(),
+    ));
+    if let Some(bin) = opts.python.parent().filter(|p| !p.as_os_str().is_empty()) {
+        let path = std::env::var("PATH").unwrap_or_default();
+        env.push(("PATH".into(), format!("{}:{path}", bin.display())));
+    }
+    env
+}
+
+/// Runs a phase's commands. `Ok((passed, failure message))`; `Err` when a command could not
+/// start at all (the task then gets an `error` entry, not a failing side).
+fn phase(
+    opts: &EvalOptions,
+    side: &Side<'_>,
+    commands: &[String],
+    cfg_timeout: Option<u64>,
+    phase: &str,
+    check_output: bool,
+) -> Result<(bool, Option<String>), String> {
+    if commands.is_empty() {
+        return Err(format!("config.yaml has no {phase}_command"));
+    }
+    for (i, cmd) in commands.iter().enumerate() {
+        let spec = CommandSpec {
+            command: crate::python::normalize_command(cmd, &opts.python),
+            cwd: side.dir.clone(),
+            env: env_for(opts),
+            timeout: timeout_for(opts, cfg_timeout),
+            log_path: Some(side.logs.join(format!("{}_{phase}_{i}.log", side.name))),
+        };
+        let out = runner::run(&spec);
+        if let Some(e) = &out.spawn_error {
+            return Err(format!("{} {phase} command could not run: {e}", side.name));
+        }
+        if out.leaked_children {
+            tracing::warn!(
+                "{} {phase}: child processes outlived `{cmd}` and were killed",
+                side.name
+            );
+        }
+        if !out.success() {
+            return Ok((
+                false,
+                Some(format!(
+                    "{} {phase} failed: `{cmd}`: {}\nstdout: {}\nstderr: {}",
+                    side.name,
+                    out.describe(),
+                    runner::tail(&out.stdout, 800),
+                    runner::tail(&out.stderr, 1200)
+                )),
+            ));
+        }
+        if check_output {
+            let lower = format!("{}{}", out.stdout, out.stderr).to_lowercase();
+            if lower.contains("fail") && !lower.contains("pass") {
+                return Ok((
+                    false,
+                    Some(format!(
+                        "{} {phase} reported failure: `{cmd}`\nstdout: {}",
+                        side.name,
+                        runner::tail(&out.stdout, 800)
+                    )),
+                ));
+            }
+        }
+    }
+    Ok((true, None))
+}
+
+fn performance(
+    opts: &EvalOptions,
+    side: &Side<'_>,
+    cfg: &TaskConfig,
+    baseline: bool,
+    torch2hip: bool,
+    label: &str,
+) -> Result<(Vec<PerfCase>, Vec<String>), String> {
+    for (i, cmd) in cfg.performance_command.iter().enumerate() {
+        let cmd = if baseline && torch2hip {
+            format!("{cmd} --baseline_only")
+        } else {
+            cmd.clone()
+        };
+        perf::clear_reports(&side.dir);
+        let spec = CommandSpec {
+            command: crate::python::normalize_command(&cmd, &opts.python),
+            cwd: side.dir.clone(),
+            env: env_for(opts),
+            timeout: timeout_for(opts, cfg.performance_timeout),
+            log_path: Some(side.logs.join(format!("{label}_{i}.log"))),
+        };
+        let out = runner::run(&spec);
+        if let Some(e) = &out.spawn_error {
+            return Err(format!(
+                "{} performance command could not run: {e}",
+                side.name
+            ));
+        }
+        if out.success() {
+            let (cases, _) = perf::collect(
+                &side.dir,
+                &format!("{}{}", out.stdout, out.stderr),
+                baseline,
+                torch2hip,
+            );
+            if !cases.is_empty() {
+                let mut methods: Vec<String> =
+                    cases.iter().filter_map(|c| c.method.clone()).collect();
+                methods.sort();
+                methods.dedup();
+                return Ok((cases, methods));
+            }
+        }
+    }
+    Ok((Vec::new(), Vec::new()))
+}
+
+/// AKA's per-type rule: hip2hip copies `target_file_path`; torch2hip removes the agent's HIP
+/// file; other types copy every `source_file_path` from the tasks directory.
+fn restore_original(orig: &Path, task_dir: &Path, cfg: &TaskConfig) -> Result<(), String> {
+    let files: Vec<String> = match cfg.task_type.as_str() {
+        "torch2hip" => {
+            if let Some(t) = &cfg.target_file_path {
+                let p = orig.join(t);
+                if p.exists() {
+                    std::fs::remove_file(&p)
+                        .map_err(|e| format!("cannot remove {}: {e}", p.display()))?;
+                }
+            }
+            return Ok(());
+        }
+        "hip2hip" => vec![
+            cfg.target_file_path
+                .clone()
+                .ok_or("config.yaml has no target_file_path for a hip2hip task")?,
+        ],
+        _ => {
+            if cfg.source_file_path.is_empty() {
+                return Err(format!(
+                    "config.yaml has no source_file_path for a {} task",
+                    cfg.task_type
+                ));
+            }
+            cfg.source_file_path.clone()
+        }
+    };
+    for rel in files {
+        let src = task_dir.join(&rel);
+        let dst = orig.join(&rel);
+        if !src.is_file() {
+            return Err(format!("original kernel `{}` not found", src.display()));
+        }
+        if let Some(parent) = dst.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+        }
+        std::fs::copy(&src, &dst).map_err(|e| format!("cannot restore {}: {e}", src.display()))?;
+    }
+    Ok(())
+}
+
+/// Copies a directory tree; symlinks are recreated as symlinks. With `skip_build`, the
+/// top-level `build/` (stale reports) is left out.
+pub fn copy_tree(from: &Path, to: &Path, skip_build: bool) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let name = e.file_name();
+        if skip_build && name == "build" {
+            continue;
+        }
+        let src = e.path();
+        let dst = to.join(&name);
+        let ft = e.file_type()?;
+        if ft.is_symlink() {
+            let target = std::fs::read_link(&src)?;
+            std::os::unix::fs::symlink(target, &dst)?;
+        } else if ft.is_dir() {
+            copy_tree(&src, &dst, false)?;
+        } else {
+            std::fs::copy(&src, &dst)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_ids_follow_aka() {
+        let d = tempfile::tempdir().unwrap();
+        let a = d.path().join("hip2hip_gpumode_SiLU_20260417_142639");
+        std::fs::create_dir_all(&a).unwrap();
+        assert_eq!(resolve_task_id(&a).unwrap(), "hip2hip/gpumode/SiLU");
+        let b = d
+            .path()
+            .join("triton2triton_rocmbench_easy_test_add_kernel_20260417_142639");
+        std::fs::create_dir_all(&b).unwrap();
+        assert_eq!(
+            resolve_task_id(&b).unwrap(),
+            "triton2triton/rocmbench/easy/test_add_kernel"
+        );
+        std::fs::write(b.join("task_result.yaml"), "task_name: x/y/z\n").unwrap();
+        assert_eq!(resolve_task_id(&b).unwrap(), "x/y/z");
+    }
+
+    #[test]
+    fn output_suffix_is_checked() {
+        let p = Path::new("/w/run_1");
+        assert_eq!(
+            output_dir_for(p, "_heldout").unwrap(),
+            PathBuf::from("/w/run_1_heldout")
+        );
+        assert!(output_dir_for(p, "").is_err());
+        assert!(output_dir_for(p, "/../x").is_err());
+    }
+}
