@@ -1,12 +1,201 @@
-//! `kg-validate-pr`: not built yet; it only answers `--help` and `--version`.
+//! `kg-validate-pr`: validate a kernel PR on a claimed GPU, base against head, and write a
+//! head-bound `validation_report.json`. Exit codes: PASS 0, BLOCK or NEEDS_WORK 1,
+//! INCONCLUSIVE 2 (also for bad input and interruption).
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use clap::Parser;
+use kg_validate::options::{parse_grid, parse_perf_args, parse_tol_table};
+use kg_validate::{AxisSpec, HostSettings, Options, RunnerChoice, ValidateError};
 
-/// Not built yet: no subcommands are available in this version.
-#[derive(Parser)]
+/// Validate a kernel pull request: apply the patch to a clean base worktree, claim an idle GPU,
+/// run the same target on base and head, prove the shape grid reaches the target, record the
+/// kernel route that ran, and write a report bound to the head commit. Missing evidence is
+/// INCONCLUSIVE, never PASS.
+///
+/// Host settings come from the environment: PYLIB, PYTHON_BIN, PICKER, TIMEOUT (1800),
+/// PERF_TIMEOUT, PERF_REPEAT (3), PERF_THRESHOLD (0.95), PERF_MIN_ROWS (3),
+/// PERF_CONTROL_TOL (0.10), KG_VALIDATE_PICK_SAMPLES (10), KG_VALIDATE_PICK_INTERVAL_S (1),
+/// and kg-gpu's KG_GPU_BACKEND / KG_GPU_LOCK_DIR.
+///
+/// Exit codes: 0 PASS, 1 BLOCK or NEEDS_WORK, 2 INCONCLUSIVE (and bad input, interruption).
+#[derive(Parser, Debug)]
 #[command(name = "kg-validate-pr", version)]
-struct Cli {}
+struct Cli {
+    /// The clean base worktree to validate (handed back unchanged).
+    #[arg(long)]
+    repo: PathBuf,
+    /// Script file or pytest file / `path::node` the PR ships.
+    #[arg(long, alias = "tests")]
+    target: String,
+    /// Base-to-head patch to apply first; a conflict is a blocker.
+    #[arg(long)]
+    patch: Option<PathBuf>,
+    /// Exact PR head OID the patch represents (40 hex); without it the report is local evidence.
+    #[arg(long)]
+    head_sha: Option<String>,
+    /// Exact `module:function` route the validator-owned probe must observe.
+    #[arg(long)]
+    expected_route: Option<String>,
+    /// Comma-separated locals captured from each route call, in grid order.
+    #[arg(long, value_delimiter = ',')]
+    shape_vars: Vec<String>,
+    /// Environment variable the target reads its shapes from.
+    #[arg(long)]
+    shape_env: Option<String>,
+    /// The script target's own CLI flag that accepts shapes (e.g. `--shape-arg --shapes`).
+    #[arg(long, allow_hyphen_values = true)]
+    shape_arg: Option<String>,
+    /// Pytest parameter names whose parametrize rows the grid replaces (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    shape_argnames: Option<Vec<String>>,
+    /// Shape cells, `a,b,c;d,e,f`.
+    #[arg(long)]
+    grid: Option<String>,
+    /// Extra independent axis `NAME=FLAG:v1;v2` on its own CLI flag (repeatable; scripts only).
+    #[arg(long)]
+    axis: Vec<String>,
+    /// Force `pytest`, `script` or `none` (the report records what selection had said).
+    #[arg(long, default_value = "auto")]
+    runner: String,
+    /// Package whose import from the checkout runtime_compat checks (default: by repo kind, else
+    /// the target's first import the checkout provides).
+    #[arg(long)]
+    runtime_module: Option<String>,
+    /// A timing column the patch does not touch; timings are distrusted if it moves.
+    #[arg(long)]
+    perf_control_column: Option<String>,
+    /// Reference tolerances, `f32=1e-5,f16=2e-3,bf16=1e-2`.
+    #[arg(long)]
+    tol_table: Option<String>,
+    /// Benchmark entry point for the perf stage (`script.py args...`); forces perf on.
+    #[arg(long, allow_hyphen_values = true)]
+    perf_args: Option<String>,
+    /// Skip the perf stage.
+    #[arg(long)]
+    no_perf: bool,
+    /// Run name.
+    #[arg(long, default_value = "kg-validate-pr")]
+    label: String,
+    /// Report path (outside the worktree).
+    #[arg(long, default_value = "validation_report.json")]
+    out: PathBuf,
+    /// Also write a PR-comment summary in Markdown.
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+    /// Also print the report to stdout.
+    #[arg(long)]
+    json: bool,
+    /// Interpreter (else PYTHON_BIN, else .venv/bin/python, else python3).
+    #[arg(long)]
+    python: Option<PathBuf>,
+}
+
+fn options(cli: &Cli) -> Result<Options, ValidateError> {
+    let axes = cli
+        .axis
+        .iter()
+        .map(|a| a.parse::<AxisSpec>())
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Options {
+        repo: cli.repo.clone(),
+        target: cli.target.clone(),
+        patch: cli.patch.clone(),
+        head_sha: cli.head_sha.clone(),
+        expected_route: cli.expected_route.clone(),
+        shape_vars: cli
+            .shape_vars
+            .iter()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect(),
+        shape_env: cli.shape_env.clone(),
+        shape_arg: cli.shape_arg.clone(),
+        shape_argnames: cli.shape_argnames.clone(),
+        grid: cli.grid.as_deref().map(parse_grid).unwrap_or_default(),
+        axes,
+        runner: cli.runner.parse::<RunnerChoice>()?,
+        runtime_module: cli.runtime_module.clone(),
+        perf_control_column: cli.perf_control_column.clone(),
+        tol_table: cli
+            .tol_table
+            .as_deref()
+            .map(parse_tol_table)
+            .transpose()?
+            .unwrap_or_default(),
+        perf_args: cli.perf_args.as_deref().map(parse_perf_args).transpose()?,
+        no_perf: cli.no_perf,
+        label: cli.label.clone(),
+        out: cli.out.clone(),
+        python: cli.python.clone(),
+        host: HostSettings::from_env()?,
+    })
+}
 
 fn main() {
-    let _ = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    std::process::exit(real_main(&cli));
+}
+
+fn real_main(cli: &Cli) -> i32 {
+    let cancel = Arc::new(AtomicBool::new(false));
+    for sig in [
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGHUP,
+    ] {
+        if let Err(e) = signal_hook::flag::register(sig, cancel.clone()) {
+            eprintln!("error: failed to install a signal handler: {e}");
+            return 2;
+        }
+    }
+    let opts = match options(cli) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
+    };
+    let report = match kg_validate::pipeline::run(&opts, cancel) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
+    };
+    if let Err(e) = kg_validate::write_report(&report, &opts.out) {
+        eprintln!("error: {e}");
+        return 2;
+    }
+    if let Some(md) = &cli.markdown
+        && let Err(e) =
+            kg_contract::io::write_atomic(md, kg_validate::markdown::render(&report).as_bytes())
+    {
+        eprintln!("error: failed to write `{}`: {e}", md.display());
+        return 2;
+    }
+    if cli.json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(s) => println!("{s}"),
+            Err(e) => eprintln!("error: failed to print the report: {e}"),
+        }
+    }
+    eprintln!(
+        "{}: {} ({}); report `{}`",
+        report.label,
+        report.verdict.as_str(),
+        report.verdict_reason,
+        opts.out.display()
+    );
+    report.process_exit_code
 }

@@ -13,6 +13,7 @@
 //! - [`DType`]: the dtype table with storage sizes.
 //! - [`shape::resolve`]: a workload's axes bound into concrete shapes.
 //! - [`io`]: SHA-256 content addressing and atomic writes, used by every artifact writer.
+//! - [`ValidationReport`]: kg-validate-pr's `validation_report.json` (validate-kernel-pr format).
 //! - [`schema::all`]: JSON Schema of every artifact type.
 //!
 //! This crate depends on nothing else in kernelgate and does no process or GPU work.
@@ -23,6 +24,7 @@ pub mod dtype;
 pub mod error;
 pub mod io;
 pub mod problem;
+pub mod report;
 pub mod schema;
 pub mod shape;
 pub mod solution;
@@ -34,6 +36,7 @@ pub use definition::{Axis, Definition, TensorSpec};
 pub use dtype::DType;
 pub use error::{ContractError, Location};
 pub use problem::{LoadedWorkload, Problem, load_definition, load_solution};
+pub use report::{Finding, Severity, Stage, StageStatus, Stages, ValidationReport, Verdict};
 pub use solution::{BuildSpec, CompileOptions, Solution, SourceFile};
 pub use trace::{
     ClockState, Correctness, DeviceIdentity, Environment, Evaluation, NullableError, Performance,

@@ -1,6 +1,6 @@
 //! JSON Schema for every artifact type (written to `docs/schemas/` by `cargo xtask schemas`).
 
-use crate::{Definition, GpuClaim, LockOwner, Solution, Trace, Workload};
+use crate::{Definition, GpuClaim, LockOwner, Solution, Trace, ValidationReport, Workload};
 
 /// `(file name, pretty JSON schema)` for every artifact type.
 pub fn all() -> Vec<(&'static str, String)> {
@@ -17,5 +17,6 @@ pub fn all() -> Vec<(&'static str, String)> {
         ("trace.schema.json", one::<Trace>()),
         ("gpu-claim.schema.json", one::<GpuClaim>()),
         ("gpu-lock-owner.schema.json", one::<LockOwner>()),
+        ("validation-report.schema.json", one::<ValidationReport>()),
     ]
 }

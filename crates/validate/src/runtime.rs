@@ -1,0 +1,203 @@
+//! `runtime_compat`: does the repository's own package import from the checkout against the
+//! installed runtime? Repository-aware as the seed: `aiter` from the checkout; `flydsl` from
+//! `PYLIB` when given (else the checkout's `python/`); otherwise `--runtime-module` or the
+//! target's first top-level import that the checkout provides.
+
+use std::path::Path;
+
+use kg_contract::report::{NativeArtifact, RuntimeIdentity};
+use serde::Deserialize;
+
+use crate::error::ValidateError;
+use crate::runner::{Phase, RunContext};
+
+/// `aiter`, `flydsl` or `unknown`.
+pub fn repo_kind(root: &Path) -> &'static str {
+    if root.join("aiter/__init__.py").is_file() {
+        "aiter"
+    } else if root.join("python/flydsl").is_dir() {
+        "flydsl"
+    } else {
+        "unknown"
+    }
+}
+
+/// The module to probe and why.
+pub fn choose_module(
+    root: &Path,
+    kind: &str,
+    explicit: Option<&str>,
+    target_imports: &[String],
+    target_file: &str,
+) -> Option<(String, String)> {
+    if let Some(m) = explicit {
+        return Some((m.to_string(), "--runtime-module".into()));
+    }
+    match kind {
+        "aiter" => return Some(("aiter".into(), "repo kind aiter".into())),
+        "flydsl" => return Some(("flydsl".into(), "repo kind flydsl".into())),
+        _ => {}
+    }
+    let stem = target_file
+        .rsplit('/')
+        .next()
+        .unwrap_or(target_file)
+        .trim_end_matches(".py");
+    target_imports
+        .iter()
+        .find(|m| {
+            // Test packages are not the runtime under review.
+            !matches!(m.as_str(), "tests" | "test" | "conftest")
+                && m.as_str() != stem
+                && (root.join(m.as_str()).join("__init__.py").is_file()
+                    || root
+                        .join("src")
+                        .join(m.as_str())
+                        .join("__init__.py")
+                        .is_file())
+        })
+        .map(|m| {
+            (
+                m.clone(),
+                format!("the target's first import that the checkout provides (`{m}`)"),
+            )
+        })
+}
+
+#[derive(Debug, Deserialize)]
+struct ProbeOut {
+    module: String,
+    module_path: Option<String>,
+    module_version: Option<String>,
+    python_executable: String,
+    python_version: String,
+    torch_version: Option<String>,
+    triton_version: Option<String>,
+    native: Vec<String>,
+    error: Option<String>,
+}
+
+/// What the probe established.
+#[derive(Debug, Clone)]
+pub struct RuntimeResult {
+    /// The identity (module_path `None` when the import failed or came from elsewhere).
+    pub identity: RuntimeIdentity,
+    /// `Ok(note)` when compatible, `Err(why)` otherwise.
+    pub verdict: Result<String, String>,
+}
+
+/// Imports `module` in the head phase and checks where it came from.
+pub fn probe(
+    ctx: &RunContext,
+    module: &str,
+    kind: &str,
+    base_sha: &str,
+) -> Result<RuntimeResult, ValidateError> {
+    let out = ctx.scratch.join("runtime-probe.json");
+    let mut roots = vec![ctx.repo.to_string_lossy().to_string()];
+    if let Some(p) = &ctx.pylib {
+        roots.push(p.to_string_lossy().to_string());
+    }
+    let env = ctx.base_env(Phase::Head)?;
+    let mut cmd = std::process::Command::new(&ctx.python);
+    cmd.arg("-B")
+        .arg(ctx.probe_dir().join("kg_runtime_probe.py"))
+        .arg(module)
+        .arg(&out)
+        .args(&roots)
+        .current_dir(&ctx.repo)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let _ = std::fs::remove_file(&out);
+    let res = kg_exec_like_output(cmd)?;
+    let text = std::fs::read_to_string(&out).map_err(|_| ValidateError::Usage {
+        what: "interpreter".into(),
+        message: format!(
+            "the runtime probe wrote no result ({}); stderr: {}",
+            res.0, res.1
+        ),
+    })?;
+    let p: ProbeOut = serde_json::from_str(&text)
+        .map_err(|e| ValidateError::Report(format!("unreadable runtime probe output: {e}")))?;
+    let mut native = Vec::new();
+    for path in &p.native {
+        let pb = Path::new(path);
+        if let (Ok(meta), Ok(sha)) = (std::fs::metadata(pb), kg_contract::io::sha256_file(pb)) {
+            native.push(NativeArtifact {
+                path: path.clone(),
+                size: meta.len(),
+                sha256: sha,
+            });
+        }
+    }
+    let repo_real = std::fs::canonicalize(&ctx.repo).unwrap_or_else(|_| ctx.repo.clone());
+    let pylib_real = ctx
+        .pylib
+        .as_ref()
+        .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()));
+    let verdict = match (&p.error, &p.module_path) {
+        (Some(e), _) => Err(format!(
+            "`import {module}` failed against the installed runtime: {e}"
+        )),
+        (None, None) => Err(format!("`{module}` imported but has no file or path")),
+        (None, Some(path)) => {
+            let path = Path::new(path);
+            let in_repo = path.starts_with(&repo_real);
+            let in_pylib = pylib_real.as_ref().is_some_and(|p| path.starts_with(p));
+            match kind {
+                "flydsl" if pylib_real.is_some() && !in_pylib => Err(format!(
+                    "`flydsl` resolved to `{}`, not PYLIB",
+                    path.display()
+                )),
+                "flydsl" if pylib_real.is_some() => Ok(format!(
+                    "`flydsl` {} from PYLIB `{}`",
+                    p.module_version.clone().unwrap_or_default(),
+                    path.display()
+                )),
+                _ if in_repo => Ok(format!(
+                    "`{module}` imports from the checkout (`{}`)",
+                    path.display()
+                )),
+                _ => Err(format!(
+                    "`{module}` resolved to `{}`, outside the checkout: an installed copy shadows the code under review",
+                    path.display()
+                )),
+            }
+        }
+    };
+    let ok = verdict.is_ok();
+    Ok(RuntimeResult {
+        identity: RuntimeIdentity {
+            module: p.module,
+            module_path: if ok { p.module_path } else { None },
+            module_version: p.module_version,
+            python_executable: p.python_executable,
+            python_version: p.python_version,
+            source_sha: Some(base_sha.to_string()),
+            torch_version: p.torch_version,
+            triton_version: p.triton_version,
+            native_artifacts: native,
+        },
+        verdict,
+    })
+}
+
+fn kg_exec_like_output(mut cmd: std::process::Command) -> Result<(String, String), ValidateError> {
+    let out = cmd
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| ValidateError::Usage {
+            what: "interpreter".into(),
+            message: format!("failed to start the runtime probe: {e}"),
+        })?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let tail: String = stderr
+        .chars()
+        .rev()
+        .take(2000)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    Ok((format!("{}", out.status), tail))
+}
