@@ -1,12 +1,567 @@
-//! `kg-bench`: not built yet; it only answers `--help` and `--version`.
+//! `kg-bench`: evaluate kernels against SOL-ExecBench-format problems (see `docs/kg-bench.md`).
+//!
+//! Thin binary: argument parsing, progress, tables and exit codes; the work is in kg-exec.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
-use clap::Parser;
+mod output;
 
-/// Not built yet: no subcommands are available in this version.
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use indexmap::IndexMap;
+use kg_contract::{Problem, Status, Trace, exit, load_solution};
+use kg_exec::corpus::{self, SolutionSource};
+use kg_exec::engine::{ExecError, check_languages};
+use kg_exec::{
+    CancelToken, DeviceChoice, DeviceRequest, EvalOptions, Event, PythonRequest, Session,
+    TimingChoice,
+};
+
+/// Evidence-grade kernel evaluation on SOL-ExecBench-format problems.
 #[derive(Parser)]
 #[command(name = "kg-bench", version)]
-struct Cli {}
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
 
-fn main() {
-    let _ = Cli::parse();
+#[derive(Subcommand)]
+enum Command {
+    /// Evaluate one solution on one problem; writes one trace per workload.
+    Evaluate(EvaluateArgs),
+    /// Evaluate every problem of a corpus (default: each problem's own reference).
+    Run(RunArgs),
+    /// Work on corpora.
+    Dataset {
+        #[command(subcommand)]
+        command: DatasetCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum DatasetCommand {
+    /// Check a corpus: schemas, axes, and each reference run on its smallest workload.
+    Validate(ValidateArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum TimingArg {
+    /// device_event_sync on a GPU (cpu_wall on the CPU).
+    Default,
+    /// CUDA-graph replay, per launch; for launch-bound kernels (GPU only).
+    CudaGraph,
+}
+
+#[derive(Args, Clone)]
+struct EnvArgs {
+    /// auto, cpu, cuda:N or rocm:N (auto: GPU 0 if torch sees one, else CPU with a notice).
+    #[arg(long, default_value = "auto")]
+    device: String,
+    /// Python interpreter (else $PYTHON_BIN, else .venv/bin/python here or above, else python3).
+    #[arg(long)]
+    python: Option<PathBuf>,
+    /// Lock GPU clocks for the run; fails (exit 2): clock locking is not available in this build.
+    #[arg(long)]
+    lock_clocks: bool,
+    /// Print results as JSON on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Clone)]
+struct EvalArgs {
+    /// Seconds allowed per workload for the candidate's calls.
+    #[arg(long, default_value_t = 600.0)]
+    timeout: f64,
+    /// Seconds allowed to start the candidate and build/import the solution.
+    #[arg(long, default_value_t = 120.0)]
+    compile_timeout: f64,
+    /// Warm-up calls before timing.
+    #[arg(long, default_value_t = 10)]
+    warmup: u32,
+    /// Timed iterations (on the CPU at most this many, within a 0.5 s budget).
+    #[arg(long, default_value_t = 50)]
+    iterations: u32,
+    /// Correctness rounds, each with fresh inputs.
+    #[arg(long, default_value_t = 10)]
+    rounds: u32,
+    /// Fixed input seed (default: a secret random seed per run).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Timing method on a GPU.
+    #[arg(long, value_enum, default_value = "default")]
+    timing: TimingArg,
+    /// Evaluate at most N workloads per problem (in file order).
+    #[arg(long)]
+    max_workloads: Option<usize>,
+}
+
+#[derive(Args)]
+struct EvaluateArgs {
+    /// Problem directory with definition.json and workload.jsonl.
+    problem_dir: Option<PathBuf>,
+    /// Solution JSON file.
+    #[arg(long)]
+    solution: PathBuf,
+    /// Definition file (instead of PROBLEM_DIR; needs --workload).
+    #[arg(long, requires = "workload", conflicts_with = "problem_dir")]
+    definition: Option<PathBuf>,
+    /// Workload JSONL file (with --definition).
+    #[arg(long, requires = "definition")]
+    workload: Option<PathBuf>,
+    /// Append traces (JSONL, one line per workload, atomically) to this file.
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+    /// Only these workload uuids (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    workloads: Option<Vec<String>>,
+    #[command(flatten)]
+    env: EnvArgs,
+    #[command(flatten)]
+    eval: EvalArgs,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// Corpus directory (problem directories at any depth below).
+    corpus_dir: PathBuf,
+    /// `reference` (each problem's own reference), `bundled` (each problem's solutions/*.json),
+    /// or DIR (DIR/<problem>/*.json).
+    #[arg(long, default_value = "reference")]
+    solutions: String,
+    /// Output directory: OUTDIR/<problem>/<solution>.jsonl and OUTDIR/summary.json.
+    #[arg(short, long, default_value = "kg-results")]
+    output: PathBuf,
+    /// Evaluate problems again even when their traces are complete.
+    #[arg(long)]
+    rerun: bool,
+    #[command(flatten)]
+    env: EnvArgs,
+    #[command(flatten)]
+    eval: EvalArgs,
+}
+
+#[derive(Args)]
+struct ValidateArgs {
+    /// Corpus directory.
+    corpus_dir: PathBuf,
+    /// Seconds allowed for each reference run.
+    #[arg(long, default_value_t = 600.0)]
+    timeout: f64,
+    #[command(flatten)]
+    env: EnvArgs,
+}
+
+/// An error with the exit code it maps to.
+struct Failure {
+    code: i32,
+    error: anyhow::Error,
+}
+
+fn usage(e: impl Into<anyhow::Error>) -> Failure {
+    Failure {
+        code: exit::USAGE,
+        error: e.into(),
+    }
+}
+
+fn from_exec(e: ExecError) -> Failure {
+    match e {
+        ExecError::Cancelled => Failure {
+            code: 130,
+            error: anyhow!("cancelled; every worker process was killed"),
+        },
+        other => usage(other),
+    }
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("KG_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let cli = Cli::parse();
+    let flag = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        if let Err(e) = signal_hook::flag::register(sig, flag.clone()) {
+            eprintln!("warning: failed to install a signal handler: {e}");
+        }
+    }
+    let cancel = CancelToken::from_flag(flag);
+    let result = match cli.command {
+        Command::Evaluate(a) => evaluate(a, &cancel),
+        Command::Run(a) => run(a, &cancel),
+        Command::Dataset {
+            command: DatasetCommand::Validate(a),
+        } => validate(a, &cancel),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code as u8),
+        Err(f) => {
+            eprintln!("error: {:#}", f.error);
+            ExitCode::from(f.code as u8)
+        }
+    }
+}
+
+/// Resolves Python, probes it, picks the device.
+fn prepare_env(env: &EnvArgs) -> Result<(kg_exec::Interpreter, DeviceChoice), Failure> {
+    if env.lock_clocks {
+        return Err(usage(anyhow!(
+            "--lock-clocks: clock locking is not available in this build (kg-gpu does not provide it yet); run without --lock-clocks, and traces will record `locked: false`"
+        )));
+    }
+    let request: DeviceRequest = env.device.parse().map_err(|e: String| usage(anyhow!(e)))?;
+    let py_req = match &env.python {
+        Some(p) => PythonRequest::Explicit(p.clone()),
+        None => PythonRequest::Auto,
+    };
+    let cwd = std::env::current_dir().map_err(usage)?;
+    let env_py = std::env::var(kg_exec::python::PYTHON_BIN_ENV).ok();
+    let interp = kg_exec::find_python(&py_req, &cwd, env_py.as_deref()).map_err(usage)?;
+    let info = kg_exec::probe(&interp).map_err(usage)?;
+    tracing::info!(python = %interp.path.display(), torch = %info.torch, "interpreter");
+    let (choice, notice) = kg_exec::device::choose(request, &info).map_err(usage)?;
+    if let Some(n) = notice {
+        eprintln!("notice: {n}");
+    }
+    Ok((interp, choice))
+}
+
+fn options(device: DeviceChoice, a: &EvalArgs) -> Result<EvalOptions, Failure> {
+    let secs = |name: &str, v: f64| -> Result<Duration, Failure> {
+        if v.is_finite() && v > 0.0 {
+            Ok(Duration::from_secs_f64(v))
+        } else {
+            Err(usage(anyhow!(
+                "--{name} must be a positive number of seconds, got {v}"
+            )))
+        }
+    };
+    let mut o = EvalOptions::new(device);
+    o.timeout = secs("timeout", a.timeout)?;
+    o.compile_timeout = secs("compile-timeout", a.compile_timeout)?;
+    o.warmup = a.warmup;
+    o.iterations = a.iterations.max(1);
+    o.rounds = a.rounds.max(1);
+    o.seed = a.seed;
+    o.timing = match a.timing {
+        TimingArg::Default => TimingChoice::Default,
+        TimingArg::CudaGraph => {
+            if o.device.is_cpu() {
+                return Err(usage(anyhow!(
+                    "--timing cuda-graph needs a GPU, but the device is the CPU"
+                )));
+            }
+            TimingChoice::CudaGraph
+        }
+    };
+    Ok(o)
+}
+
+struct Progress {
+    enabled: bool,
+}
+
+impl Progress {
+    fn new() -> Self {
+        Progress {
+            enabled: std::io::stderr().is_terminal(),
+        }
+    }
+    fn event(&self, e: &Event) {
+        match e {
+            Event::Notice(n) => eprintln!("notice: {n}"),
+            Event::WorkloadStarted {
+                definition,
+                solution,
+                uuid,
+                index,
+                total,
+            } if self.enabled => {
+                eprintln!(
+                    "[{}/{}] {definition} / {solution} / {uuid} ...",
+                    index + 1,
+                    total
+                );
+            }
+            Event::WorkloadFinished(t) if self.enabled => {
+                if let Some(ev) = &t.evaluation {
+                    eprintln!("    {}", ev.status);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn append_trace(path: &Path, t: &Trace) -> Result<(), kg_contract::ContractError> {
+    let line = kg_contract::io::to_json_line(t, "trace")?;
+    kg_contract::io::append_line_atomic(path, &line)
+}
+
+fn evaluate(a: EvaluateArgs, cancel: &CancelToken) -> Result<i32, Failure> {
+    let problem = match (&a.problem_dir, &a.definition, &a.workload) {
+        (Some(d), None, None) => Problem::load(d),
+        (None, Some(d), Some(w)) => Problem::from_files(d, w),
+        _ => {
+            return Err(usage(anyhow!(
+                "give PROBLEM_DIR, or --definition FILE and --workload FILE"
+            )));
+        }
+    }
+    .map_err(usage)?;
+    for w in &problem.warnings {
+        eprintln!("warning: {w}");
+    }
+    let (solution, warns) = load_solution(&a.solution).map_err(usage)?;
+    for w in warns {
+        eprintln!("warning: {w}");
+    }
+    check_languages(&solution).map_err(from_exec)?;
+    let workloads =
+        corpus::select_workloads(&problem, a.workloads.as_deref(), a.eval.max_workloads);
+    if let Some(u) = &a.workloads {
+        for id in u {
+            if !problem.workloads.iter().any(|w| &w.workload.uuid == id) {
+                return Err(usage(anyhow!(
+                    "--workloads: `{id}` is not a workload of `{}`",
+                    problem.workload_path.display()
+                )));
+            }
+        }
+    }
+    if workloads.is_empty() {
+        return Err(usage(anyhow!("no workloads selected")));
+    }
+    let (interp, device) = prepare_env(&a.env)?;
+    let opts = options(device, &a.eval)?;
+    let mut session = Session::new(interp, opts, cancel.clone()).map_err(from_exec)?;
+    let progress = Progress::new();
+    let mut write_error: Option<kg_contract::ContractError> = None;
+    let output = a.output.clone();
+    let result = session.evaluate(&problem, &solution, &workloads, &mut |e| {
+        progress.event(&e);
+        if let (Event::WorkloadFinished(t), Some(path)) = (&e, &output)
+            && write_error.is_none()
+            && let Err(err) = append_trace(path, t)
+        {
+            write_error = Some(err);
+        }
+    });
+    session.shutdown();
+    let traces = result.map_err(from_exec)?;
+    if let Some(e) = write_error {
+        return Err(usage(e));
+    }
+    if a.env.json {
+        println!("{}", serde_json::to_string_pretty(&traces).map_err(usage)?);
+    } else {
+        println!("{}", output::trace_table(&traces));
+        println!("{}", output::totals_line(&traces));
+        if let Some(p) = &a.output {
+            println!("traces: {}", p.display());
+        }
+    }
+    Ok(exit_for(&traces))
+}
+
+fn exit_for(traces: &[Trace]) -> i32 {
+    let all = !traces.is_empty()
+        && traces.iter().all(|t| {
+            t.evaluation
+                .as_ref()
+                .is_some_and(|e| e.status == Status::Passed)
+        });
+    if all { exit::OK } else { exit::FAILED }
+}
+
+fn run(a: RunArgs, cancel: &CancelToken) -> Result<i32, Failure> {
+    let dirs = corpus::discover(&a.corpus_dir).map_err(usage)?;
+    let source = SolutionSource::parse(&a.solutions);
+    if let SolutionSource::Dir(d) = &source
+        && !d.is_dir()
+    {
+        return Err(usage(anyhow!(
+            "--solutions `{}` is neither `reference`, `bundled` nor a directory",
+            d.display()
+        )));
+    }
+    // Load everything first: bad solutions and unsupported languages stop before anything runs.
+    let mut plan = Vec::new();
+    let mut errors: IndexMap<String, String> = IndexMap::new();
+    for d in &dirs {
+        match Problem::load(d) {
+            Ok(p) => {
+                let sols = corpus::solutions_for(&p, &source).map_err(usage)?;
+                for s in &sols {
+                    check_languages(s).map_err(from_exec)?;
+                }
+                plan.push((p, sols));
+            }
+            Err(e) => {
+                let name = d.file_name().map_or_else(
+                    || d.display().to_string(),
+                    |n| n.to_string_lossy().into_owned(),
+                );
+                eprintln!("error: {e}");
+                errors.insert(name, e.to_string());
+            }
+        }
+    }
+    let (interp, device) = prepare_env(&a.env)?;
+    let opts = options(device.clone(), &a.eval)?;
+    let mut session = Session::new(interp, opts, cancel.clone()).map_err(from_exec)?;
+    let progress = Progress::new();
+    let mut files = Vec::new();
+    let mut rows = Vec::new();
+    for (problem, sols) in &plan {
+        let name = problem.definition.name.clone();
+        if sols.is_empty() {
+            eprintln!("notice: {name}: no solutions in the chosen source; skipped");
+            continue;
+        }
+        let workloads = corpus::select_workloads(problem, None, a.eval.max_workloads);
+        for sol in sols {
+            let path = corpus::trace_path(&a.output, &name, &sol.name);
+            files.push((name.clone(), sol.name.clone(), path.clone()));
+            if !a.rerun && corpus::is_finished(&path, &workloads) {
+                eprintln!(
+                    "notice: {name} / {}: complete traces in `{}`; skipped (use --rerun)",
+                    sol.name,
+                    path.display()
+                );
+                rows.push((name.clone(), sol.name.clone(), None));
+                continue;
+            }
+            if path.exists()
+                && let Err(e) = std::fs::remove_file(&path)
+            {
+                session.shutdown();
+                return Err(usage(anyhow!(
+                    "failed to remove stale `{}`: {e}",
+                    path.display()
+                )));
+            }
+            let mut write_error: Option<kg_contract::ContractError> = None;
+            let res = session.evaluate(problem, sol, &workloads, &mut |e| {
+                progress.event(&e);
+                if let Event::WorkloadFinished(t) = &e
+                    && write_error.is_none()
+                    && let Err(err) = append_trace(&path, t)
+                {
+                    write_error = Some(err);
+                }
+            });
+            match res {
+                Ok(traces) => rows.push((name.clone(), sol.name.clone(), Some(traces))),
+                Err(e) => {
+                    session.shutdown();
+                    return Err(from_exec(e));
+                }
+            }
+            if let Some(e) = write_error {
+                session.shutdown();
+                return Err(usage(e));
+            }
+        }
+    }
+    session.shutdown();
+    let summary = corpus::summarize(&a.corpus_dir, &device.to_string(), &files, errors);
+    let summary_path = a.output.join("summary.json");
+    let text = kg_contract::io::to_json_pretty(&summary, "summary").map_err(usage)?;
+    kg_contract::io::write_atomic(&summary_path, text.as_bytes()).map_err(usage)?;
+    if a.env.json {
+        println!("{}", serde_json::to_string_pretty(&summary).map_err(usage)?);
+    } else {
+        println!("{}", output::run_table(&rows, &files));
+        println!("{}", output::summary_line(&summary));
+        println!("traces: {}/<problem>/<solution>.jsonl", a.output.display());
+        println!("summary: {}", summary_path.display());
+    }
+    Ok(if summary.all_passed() {
+        exit::OK
+    } else {
+        exit::FAILED
+    })
+}
+
+fn validate(a: ValidateArgs, cancel: &CancelToken) -> Result<i32, Failure> {
+    let dirs = corpus::discover(&a.corpus_dir).map_err(usage)?;
+    let mut loaded = Vec::new();
+    let mut findings: Vec<output::Finding> = Vec::new();
+    for d in &dirs {
+        match Problem::load(d) {
+            Ok(p) => loaded.push(p),
+            Err(e) => findings.push(output::Finding {
+                problem: d.display().to_string(),
+                workloads: 0,
+                ok: false,
+                messages: vec![e.to_string()],
+            }),
+        }
+    }
+    let (interp, device) = prepare_env(&a.env)?;
+    let timeout = if a.timeout.is_finite() && a.timeout > 0.0 {
+        Duration::from_secs_f64(a.timeout)
+    } else {
+        return Err(usage(anyhow!(
+            "--timeout must be a positive number of seconds"
+        )));
+    };
+    let mut opts = EvalOptions::new(device);
+    opts.timeout = timeout;
+    let mut session = Session::new(interp, opts, cancel.clone()).map_err(from_exec)?;
+    for p in &loaded {
+        let mut messages: Vec<String> = p.warnings.clone();
+        let smallest = p.workloads.iter().min_by_key(|w| corpus::input_elements(w));
+        let mut ok = true;
+        if let Some(w) = smallest {
+            match session.check_reference(p, w) {
+                Ok(None) => {}
+                Ok(Some(m)) => {
+                    ok = false;
+                    messages.push(format!(
+                        "workload `{}` (line {}): {}",
+                        w.workload.uuid,
+                        w.line,
+                        m.lines().next().unwrap_or("")
+                    ));
+                }
+                Err(e) => {
+                    session.shutdown();
+                    return Err(from_exec(e));
+                }
+            }
+        }
+        findings.push(output::Finding {
+            problem: p.definition.name.clone(),
+            workloads: p.workloads.len(),
+            ok,
+            messages,
+        });
+    }
+    session.shutdown();
+    let bad = findings.iter().filter(|f| !f.ok).count();
+    if a.env.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&findings)
+                .context("serialise findings")
+                .map_err(usage)?
+        );
+    } else {
+        println!("{}", output::findings_table(&findings));
+        println!("{} problem(s), {} bad", findings.len(), bad);
+    }
+    Ok(if bad == 0 { exit::OK } else { exit::FAILED })
 }

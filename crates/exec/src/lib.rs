@@ -1,3 +1,48 @@
-//! kg-exec: process isolation, the Python judge and candidate workers, timing.
+//! kg-exec: the engine that runs candidate kernels against a problem's reference and produces
+//! SOL-ExecBench traces — process isolation, the Python judge and candidate workers,
+//! correctness checks and timing.
 //!
-//! Not built yet: this crate is a placeholder in the workspace layout and exports nothing.
+//! # Design
+//! - [`python`]: finds the interpreter (`--python`, `$PYTHON_BIN`, `.venv/bin/python` in the
+//!   current directory or an ancestor, `python3`) and probes it (torch, triton, devices).
+//! - [`engine::Session`] is one device lane. It owns a private temp dir holding the embedded
+//!   worker scripts ([`scripts`]) and a long-lived **judge** process (trusted code only): the
+//!   judge generates inputs from a workload with a secret per-run seed (fresh inputs every
+//!   round), runs the reference, keeps the reference outputs in its memory and compares.
+//! - For each solution the session starts one **candidate** process (untrusted): it writes the
+//!   solution's sources into its own directory, imports the entry point (C++/CUDA through
+//!   `torch.utils.cpp_extension.load`, cached by source hash), runs and times it. It never sees
+//!   the seed or the reference outputs. A candidate that crashes, hangs or is killed is
+//!   replaced by a fresh process for the next workload.
+//! - **Messages** travel as JSON lines on a per-worker Unix socket in the private temp dir,
+//!   never on stdout. Worker stdout/stderr are drained on threads into bounded (64 KiB,
+//!   head + tail) buffers and end up in the trace's `log`.
+//! - **Tensors** travel as files in a per-workload directory: the judge writes the inputs
+//!   (`torch.save`, CPU tensors), the candidate loads them onto its device, clones them for
+//!   fresh pointers, calls the solution, and writes its outputs, which the judge reads with
+//!   `torch.load(weights_only=True)` (no code execution from candidate files). Only the
+//!   candidate's calls are timed, on device-resident tensors.
+//! - [`process`]: every worker runs in its own process group; on timeout, cancellation
+//!   ([`CancelToken`]) or drop the group gets SIGTERM, a grace period, then SIGKILL. Workers
+//!   also kill their own group when their parent disappears, so no orphan outlives kg-bench.
+//! - [`engine::Event`]s report progress; the engine does no report-file I/O. [`corpus`] holds
+//!   `run`/`dataset validate` bookkeeping (problem discovery, solution sources, summaries).
+//!
+//! Ownership: the [`engine::Session`] owns the judge; `evaluate` owns its candidate and shuts
+//! it down before returning (also on error); dropping a [`process::Worker`] kills its group.
+//!
+//! Not for: GPU discovery, claims and clock locking (kg-gpu), score aggregation (kg-score).
+
+#![warn(missing_docs)]
+
+pub mod corpus;
+pub mod device;
+pub mod engine;
+pub mod process;
+pub mod python;
+pub mod scripts;
+
+pub use device::{DeviceChoice, DeviceRequest};
+pub use engine::{EvalOptions, Event, ExecError, Session, TimingChoice};
+pub use process::CancelToken;
+pub use python::{Interpreter, ProbeInfo, PythonRequest, find_python, probe};

@@ -1,0 +1,595 @@
+//! End-to-end tests of `kg-bench` on the fixtures in `crates/exec/tests/fixtures` (and, when
+//! present, the corpus's `fixtures/evaluate/manifest.json`). They need a Python with torch: the
+//! interpreter comes from `KG_TEST_PYTHON`, else `<workspace>/.venv/bin/python`, else `python3`.
+//! Without torch they skip with a message, except under `CI`, where they fail.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use kg_contract::{Status, Trace};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .unwrap()
+        .to_path_buf()
+}
+
+fn fixtures() -> PathBuf {
+    workspace().join("crates/exec/tests/fixtures")
+}
+
+fn python() -> Option<PathBuf> {
+    let py = std::env::var_os("KG_TEST_PYTHON")
+        .map(PathBuf::from)
+        .or_else(|| {
+            let v = workspace().join(".venv/bin/python");
+            v.is_file().then_some(v)
+        })
+        .unwrap_or_else(|| PathBuf::from("python3"));
+    let ok = Command::new(&py)
+        .args(["-c", "import torch"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if ok {
+        return Some(py);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "`{}` cannot import torch, and CI is set: run `cargo xtask setup` or set KG_TEST_PYTHON",
+        py.display()
+    );
+    eprintln!("skipping: `{}` cannot import torch", py.display());
+    None
+}
+
+/// A kg-bench command with its own TMPDIR (so its workers can be found in /proc).
+fn kg(py: &Path, tmp: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_kg-bench"));
+    c.env("TMPDIR", tmp)
+        .env("PYTHON_BIN", py)
+        .env_remove("CI_DEVICE")
+        .current_dir(workspace());
+    c
+}
+
+const FAST: [&str; 8] = [
+    "--device",
+    "cpu",
+    "--rounds",
+    "2",
+    "--iterations",
+    "3",
+    "--warmup",
+    "1",
+];
+
+/// Pids of live (non-zombie) processes whose command line mentions `needle`.
+fn processes_mentioning(needle: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        if stat.contains(") Z ") {
+            continue;
+        }
+        if String::from_utf8_lossy(&cmd).contains(needle) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+fn pid_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}
+
+fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    f()
+}
+
+fn traces_in(path: &Path) -> Vec<Trace> {
+    let text = std::fs::read_to_string(path).unwrap();
+    assert!(text.ends_with('\n'), "torn last line in {}", path.display());
+    text.lines()
+        .map(|l| serde_json::from_str::<Trace>(l).unwrap())
+        .collect()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[derive(serde::Deserialize)]
+#[allow(dead_code)]
+struct Case {
+    case: String,
+    problem: String,
+    solution: String,
+    expected: String,
+}
+
+#[test]
+fn every_fixture_gets_its_status_and_the_run_continues() {
+    let Some(py) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("results");
+    let pidfile = tmp.path().join("helpers.pid");
+    let o = kg(&py, tmp.path())
+        .env("KG_TEST_PIDFILE", &pidfile)
+        .args(["run"])
+        .arg(fixtures().join("corpus"))
+        .args(["--solutions", "bundled", "--timeout", "6", "-o"])
+        .arg(&out)
+        .args(FAST)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "stderr: {}", stderr(&o));
+    let manifest: Vec<Case> =
+        serde_json::from_str(&std::fs::read_to_string(fixtures().join("manifest.json")).unwrap())
+            .unwrap();
+    let mut seen = BTreeMap::new();
+    for c in &manifest {
+        let sol: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(fixtures().join(&c.solution)).unwrap())
+                .unwrap();
+        let def: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(fixtures().join(&c.problem).join("definition.json")).unwrap(),
+        )
+        .unwrap();
+        let path = out
+            .join(def["name"].as_str().unwrap())
+            .join(format!("{}.jsonl", sol["name"].as_str().unwrap()));
+        let traces = traces_in(&path);
+        // Both workloads evaluated: a failure never stops the run.
+        assert_eq!(traces.len(), 2, "{}: {} traces", c.case, traces.len());
+        for t in &traces {
+            let e = t.evaluation.as_ref().unwrap();
+            assert_eq!(e.status.as_str(), c.expected, "{}: log: {}", c.case, e.log);
+            assert_eq!(
+                e.correctness.is_some(),
+                e.status.has_correctness(),
+                "{}",
+                c.case
+            );
+            assert_eq!(
+                e.performance.is_some(),
+                e.status.has_performance(),
+                "{}",
+                c.case
+            );
+            if let Some(p) = &e.performance {
+                assert_eq!(p.timing_method, Some(kg_contract::TimingMethod::CpuWall));
+                let s = p.spread.as_ref().unwrap();
+                assert!(s.min_ms <= s.median_ms && s.median_ms <= s.max_ms);
+                assert!(p.latency_ms > 0.0 && p.reference_latency_ms > 0.0);
+            }
+            assert_eq!(e.environment.device.as_ref().unwrap().kind, "cpu");
+        }
+        seen.insert(c.case.clone(), traces[0].evaluation.clone().unwrap());
+    }
+    // Specific evidence in the logs.
+    assert!(
+        seen["add/segfault"].log.contains("SIGSEGV"),
+        "{}",
+        seen["add/segfault"].log
+    );
+    assert!(
+        seen["add/raises"]
+            .log
+            .contains("kernel exploded on purpose")
+    );
+    assert!(seen["add/hang"].log.contains("--timeout"));
+    assert!(seen["add/syntax_error"].log.contains("SyntaxError"));
+    assert!(
+        seen["add/passed_value_returning"]
+            .log
+            .contains("hello from the candidate")
+    );
+    assert!(
+        seen["const_reference/ok"]
+            .log
+            .contains("does not depend on its inputs")
+    );
+    // Every status except REWARD_HACK is covered by these fixtures.
+    for s in Status::ALL {
+        if s != Status::RewardHack {
+            assert!(
+                seen.values().any(|e| e.status == s),
+                "no fixture produced {s}"
+            );
+        }
+    }
+    // summary.json counts match the traces.
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let total: u64 = summary["totals"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(total as usize, manifest.len() * 2);
+    assert_eq!(summary["totals"]["TIMEOUT"], 2);
+    // The hanging solution's helper processes died with its process group; no worker is left.
+    let helpers = std::fs::read_to_string(&pidfile).unwrap_or_default();
+    assert!(!helpers.trim().is_empty(), "the hang fixture never ran");
+    for pid in helpers.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
+        assert!(
+            !pid_alive(pid),
+            "helper {pid} of a timed-out candidate survived"
+        );
+    }
+    let left = processes_mentioning(&tmp.path().display().to_string());
+    assert!(left.is_empty(), "worker processes left behind: {left:?}");
+    // A second run skips finished problems.
+    let o = kg(&py, tmp.path())
+        .args(["run"])
+        .arg(fixtures().join("corpus"))
+        .args(["--solutions", "bundled", "-o"])
+        .arg(&out)
+        .args(FAST)
+        .output()
+        .unwrap();
+    assert!(
+        stderr(&o).contains("skipped (use --rerun)"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn evaluate_writes_traces_and_prints_json() {
+    let Some(py) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let traces = tmp.path().join("t.jsonl");
+    let o = kg(&py, tmp.path())
+        .args(["evaluate"])
+        .arg(fixtures().join("corpus/add"))
+        .arg("--solution")
+        .arg(fixtures().join("corpus/add/solutions/passed_triton.json"))
+        .args(["--json", "-o"])
+        .arg(&traces)
+        .args(FAST)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    let printed: Vec<Trace> = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(printed.len(), 2);
+    assert_eq!(traces_in(&traces), printed);
+    // --workloads selects by uuid; an unknown uuid is a usage error.
+    let o = kg(&py, tmp.path())
+        .args(["evaluate"])
+        .arg(fixtures().join("corpus/add"))
+        .arg("--solution")
+        .arg(fixtures().join("corpus/add/solutions/passed_pytorch_dps.json"))
+        .args(["--workloads", "no-such-uuid"])
+        .args(FAST)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("no-such-uuid"));
+}
+
+fn kill_mid_run(
+    signal: &str,
+) -> (
+    tempfile::TempDir,
+    std::process::ExitStatus,
+    PathBuf,
+    PathBuf,
+) {
+    let py = python().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let traces = tmp.path().join("t.jsonl");
+    let pidfile = tmp.path().join("helpers.pid");
+    let mut child = kg(&py, tmp.path())
+        .env("KG_TEST_PIDFILE", &pidfile)
+        .args(["evaluate"])
+        .arg(fixtures().join("corpus/add"))
+        .arg("--solution")
+        .arg(fixtures().join("corpus/add/solutions/hang.json"))
+        .args(["--timeout", "3", "-o"])
+        .arg(&traces)
+        .args(FAST)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait for the first trace (TIMEOUT) and for the second workload's hang to start.
+    let first = wait_until(Duration::from_secs(300), || {
+        std::fs::read_to_string(&traces).is_ok_and(|t| t.lines().count() >= 1)
+    });
+    assert!(first, "no trace appeared");
+    let second_hang = wait_until(Duration::from_secs(180), || {
+        std::fs::read_to_string(&pidfile).is_ok_and(|t| t.lines().count() >= 2)
+    });
+    assert!(second_hang, "second workload never started");
+    let st = Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let status = child.wait().unwrap();
+    (tmp, status, traces, pidfile)
+}
+
+#[test]
+fn sigterm_kills_every_worker_and_keeps_traces_valid() {
+    if python().is_none() {
+        return;
+    }
+    let (tmp, status, traces, pidfile) = kill_mid_run("-TERM");
+    assert_eq!(status.code(), Some(130), "{status:?}");
+    let t = traces_in(&traces);
+    assert_eq!(t.len(), 1);
+    assert_eq!(t[0].evaluation.as_ref().unwrap().status, Status::Timeout);
+    // Killed on the way out, not left for a watchdog.
+    let left = processes_mentioning(&tmp.path().display().to_string());
+    assert!(left.is_empty(), "workers left after SIGTERM: {left:?}");
+    for pid in std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.trim().parse::<u32>().ok())
+    {
+        assert!(
+            wait_until(Duration::from_secs(3), || !pid_alive(pid)),
+            "helper {pid} survived"
+        );
+    }
+}
+
+#[test]
+fn sigkill_of_kg_bench_leaves_byte_valid_jsonl_and_no_orphans() {
+    if python().is_none() {
+        return;
+    }
+    let (tmp, status, traces, pidfile) = kill_mid_run("-KILL");
+    assert_eq!(status.code(), None);
+    // Every line complete and valid: appends are atomic.
+    let t = traces_in(&traces);
+    assert_eq!(t.len(), 1);
+    // Orphaned workers notice their parent is gone and kill their own process groups.
+    let needle = tmp.path().display().to_string();
+    assert!(
+        wait_until(Duration::from_secs(10), || processes_mentioning(&needle)
+            .is_empty()),
+        "orphans: {:?}",
+        processes_mentioning(&needle)
+            .iter()
+            .map(|p| std::fs::read(format!("/proc/{p}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+                .unwrap_or_default())
+            .collect::<Vec<_>>()
+    );
+    for pid in std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.trim().parse::<u32>().ok())
+    {
+        assert!(
+            wait_until(Duration::from_secs(5), || !pid_alive(pid)),
+            "helper {pid} survived"
+        );
+    }
+    let leftovers: Vec<_> = std::fs::read_dir(traces.parent().unwrap())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".kg-tmp-"))
+        .collect();
+    assert!(leftovers.is_empty(), "temp files left: {leftovers:?}");
+}
+
+#[test]
+fn dataset_validate_flags_bad_references() {
+    let Some(py) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let o = kg(&py, tmp.path())
+        .args(["dataset", "validate", "--json", "--device", "cpu"])
+        .arg(fixtures().join("corpus"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "stderr: {}", stderr(&o));
+    let findings: Vec<serde_json::Value> = serde_json::from_slice(&o.stdout).unwrap();
+    let by_name: BTreeMap<String, &serde_json::Value> = findings
+        .iter()
+        .map(|f| (f["problem"].as_str().unwrap().to_string(), f))
+        .collect();
+    assert_eq!(by_name["kg_fixture_add"]["ok"], true);
+    assert_eq!(by_name["kg_fixture_const_reference"]["ok"], false);
+    assert_eq!(by_name["kg_fixture_raising_reference"]["ok"], false);
+    assert!(
+        by_name["kg_fixture_raising_reference"]["messages"][0]
+            .as_str()
+            .unwrap()
+            .contains("reference is broken")
+    );
+}
+
+#[test]
+fn dataset_validate_reports_schema_errors_with_location() {
+    let Some(py) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tmp.path().join("corpus");
+    let p = corpus.join("bad");
+    std::fs::create_dir_all(&p).unwrap();
+    std::fs::copy(
+        fixtures().join("corpus/add/definition.json"),
+        p.join("definition.json"),
+    )
+    .unwrap();
+    std::fs::write(
+        p.join("workload.jsonl"),
+        "{\"uuid\": \"a\", \"axes\": {}, \"inputs\": {\"x\": {\"type\": \"random\"}, \"y\": {\"type\": \"random\"}}}\n",
+    )
+    .unwrap();
+    let o = kg(&py, tmp.path())
+        .args(["dataset", "validate", "--device", "cpu"])
+        .arg(&corpus)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("line 1") && out.contains("axes.n"), "{out}");
+}
+
+#[test]
+fn lock_clocks_fails_closed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_kg-bench"))
+        .env("TMPDIR", tmp.path())
+        .args(["evaluate"])
+        .arg(fixtures().join("corpus/add"))
+        .arg("--solution")
+        .arg(fixtures().join("corpus/add/solutions/passed_pytorch_dps.json"))
+        .arg("--lock-clocks")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("clock locking is not available"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn unsupported_language_is_refused_before_running() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sol = tmp.path().join("s.json");
+    let mut v: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("corpus/add/solutions/passed_pytorch_dps.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    v["spec"]["languages"] = serde_json::json!(["cutlass"]);
+    std::fs::write(&sol, v.to_string()).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_kg-bench"))
+        .env("TMPDIR", tmp.path())
+        .args(["evaluate"])
+        .arg(fixtures().join("corpus/add"))
+        .arg("--solution")
+        .arg(&sol)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(e.contains("cutlass") && e.contains("triton"), "{e}");
+}
+
+#[test]
+fn missing_python_is_a_usage_error_naming_the_sources() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_kg-bench"))
+        .env("TMPDIR", tmp.path())
+        .args(["dataset", "validate"])
+        .arg(fixtures().join("corpus"))
+        .args(["--python", "/nonexistent/python3.99"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("/nonexistent/python3.99"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// The corpus's failure fixtures (`fixtures/evaluate/manifest.json`), when present: all cases
+/// in one `kg-bench run` (one judge), each case's solution renamed after the case.
+#[test]
+fn corpus_failure_fixtures_get_their_status() {
+    let manifest = workspace().join("fixtures/evaluate/manifest.json");
+    if !manifest.is_file() {
+        eprintln!("skipping: {} not present", manifest.display());
+        return;
+    }
+    let Some(py) = python() else { return };
+    let cases: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+    assert!(!cases.is_empty());
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tmp.path().join("corpus");
+    let sols = tmp.path().join("solutions");
+    let out = tmp.path().join("out");
+    let mut expect = Vec::new();
+    for c in &cases {
+        let case = c["case"].as_str().unwrap();
+        let problem = workspace().join(c["problem"].as_str().unwrap());
+        let def: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(problem.join("definition.json")).unwrap(),
+        )
+        .unwrap();
+        let def_name = def["name"].as_str().unwrap().to_string();
+        let link = corpus.join(&def_name);
+        if !link.exists() {
+            std::fs::create_dir_all(&corpus).unwrap();
+            std::os::unix::fs::symlink(&problem, &link).unwrap();
+        }
+        let mut sol: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(workspace().join(c["solution"].as_str().unwrap())).unwrap(),
+        )
+        .unwrap();
+        sol["name"] = serde_json::json!(case);
+        std::fs::create_dir_all(sols.join(&def_name)).unwrap();
+        std::fs::write(
+            sols.join(&def_name).join(format!("{case}.json")),
+            sol.to_string(),
+        )
+        .unwrap();
+        expect.push((case.to_string(), def_name, c.clone()));
+    }
+    let o = kg(&py, tmp.path())
+        .args(["run"])
+        .arg(&corpus)
+        .arg("--solutions")
+        .arg(&sols)
+        .arg("-o")
+        .arg(&out)
+        .args(["--timeout", "10", "--max-workloads", "2"])
+        .args(FAST)
+        .output()
+        .unwrap();
+    assert!(
+        matches!(o.status.code(), Some(0 | 1)),
+        "stderr: {}",
+        stderr(&o)
+    );
+    for (case, def_name, c) in &expect {
+        let traces = traces_in(&out.join(def_name).join(format!("{case}.jsonl")));
+        assert!(!traces.is_empty(), "{case}");
+        for t in &traces {
+            let e = t.evaluation.as_ref().unwrap();
+            let want = c["expected_by_workload"][&t.workload.uuid]
+                .as_str()
+                .or(c["expected"].as_str())
+                .unwrap();
+            assert_eq!(
+                e.status.as_str(),
+                want,
+                "{case} / {}: {}",
+                t.workload.uuid,
+                e.log
+            );
+        }
+    }
+    let left = processes_mentioning(&tmp.path().display().to_string());
+    assert!(left.is_empty(), "workers left behind: {left:?}");
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Device run for docs/evidence/evaluate.md. Usage: crates/exec/bench/gpu_evidence.sh KG_BENCH OUTDIR [part]
+# part: core (corpus + pytorch/triton SOL examples + benchmarks) or cpp (cuda_cpp SOL examples).
+set -u
+KG=$1; OUT=$2; PART=${3:-core}
+EX=.device-bin/exec/sol-examples
+B=crates/exec/bench
+mkdir -p "$OUT/r"
+export PYTHON_BIN=python3
+log() { echo "== $(date -u +%T) $*" | tee -a "$OUT/log.txt"; }
+{ nvidia-smi --query-gpu=name,uuid,pci.bus_id,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv; nvcc --version | tail -2; python3 -c 'import torch,triton;print(torch.__version__, triton.__version__)'; } > "$OUT/r/env.txt" 2>&1
+sol_of() { ls "$1"/solution_*.json | head -1; }
+# run_t OUTFILE CMD...: runs CMD with stdout+stderr to OUTFILE, then appends exit code and wall seconds.
+run_t() { local f=$1; shift; local t0; t0=$(date +%s%N); "$@" > "$f" 2>&1; local rc=$?; echo "exit $rc wall_ms $(( ($(date +%s%N) - t0) / 1000000 ))" >> "$f"; }
+if [ "$PART" = core ]; then
+  log validate; run_t "$OUT/r/validate.txt" $KG dataset validate problems/core --device cuda:0
+  log core-ref; run_t "$OUT/r/core-ref.txt" $KG run problems/core --device cuda:0 -o "$OUT/r/core-ref"
+  log core-bundled; run_t "$OUT/r/core-bundled.txt" $KG run problems/core --solutions bundled --device cuda:0 -o "$OUT/r/core-bundled"
+  for d in $EX/pytorch_* $EX/triton_*; do n=$(basename $d); log "$n"
+    run_t "$OUT/r/sol-$n.txt" $KG evaluate $d --solution $(sol_of $d) --device cuda:0 -o "$OUT/r/sol-$n.jsonl"; done
+fi
+if [ "$PART" = core ] || [ "$PART" = bench ]; then
+  for k in add_1m matmul_4096_bf16; do for i in 1 2 3 4 5; do log "repro $k $i"
+    $KG evaluate $B/$k --solution $B/$k/solution.json --device cuda:0 --rounds 2 --iterations 100 --json > "$OUT/r/repro-$k-$i.json" 2>>"$OUT/r/repro-err.txt"; done
+    $KG evaluate $B/$k --solution $B/$k/solution.json --device cuda:0 --rounds 2 --iterations 100 --timing cuda-graph --json > "$OUT/r/graph-$k.json" 2>>"$OUT/r/repro-err.txt"; done
+  log ncu; ncu --clock-control none --metrics gpu__time_duration.sum --csv python3 $B/ncu_ops.py > "$OUT/r/ncu.csv" 2> "$OUT/r/ncu-err.txt"
+fi
+if [ "$PART" = cpp ]; then
+  for d in $EX/cuda_cpp_*; do n=$(basename $d); log "$n"
+    run_t "$OUT/r/sol-$n.txt" $KG evaluate $d --solution $(sol_of $d) --device cuda:0 --compile-timeout 300 -o "$OUT/r/sol-$n.jsonl"; done
+fi
+log done
+tar czf "$OUT/results.tgz" -C "$OUT" r log.txt

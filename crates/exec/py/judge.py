@@ -1,0 +1,335 @@
+"""kernelgate judge worker (trusted code only; embedded in kg-exec).
+
+Generates inputs from workloads with a secret per-run seed, runs the reference, keeps its
+outputs in memory, compares candidate outputs and decides statuses. It never imports a
+candidate's code: candidate outputs arrive as files loaded with `torch.load(weights_only=True)`.
+"""
+
+import hashlib
+import math
+import os
+import secrets
+import sys
+import time
+import traceback
+import types
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kgcommon as kg  # noqa: E402
+
+kg.start_parent_watchdog()
+
+import torch  # noqa: E402
+
+STATE = {
+    "device": torch.device("cpu"),
+    "seed": None,
+    "definition": None,
+    "module": None,
+    "ref_out": {},
+}
+
+
+def op_hello(req):
+    dev = kg.resolve_device(req.get("device", "cpu"))
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            return kg.error_reply("device", f"device `{req.get('device')}` requested, but torch reports no CUDA/HIP device")
+        if dev.index >= torch.cuda.device_count():
+            return kg.error_reply("device", f"device index {dev.index} out of range: torch sees {torch.cuda.device_count()} device(s)")
+        torch.cuda.set_device(dev)
+        torch.zeros(1, device=dev)
+    STATE["device"] = dev
+    seed = req.get("seed")
+    STATE["seed"] = int(seed) if seed is not None else secrets.randbits(62)
+    return {"result": "ok", "environment": kg.environment(dev)}
+
+
+def op_setup(req):
+    """Loads a definition's reference into a fresh module."""
+    d = req["definition"]
+    STATE["definition"] = d
+    STATE["ref_out"] = {}
+    work = req["work_dir"]
+    path = os.path.join(work, "kg_reference_%s.py" % hashlib.sha256(d["reference"].encode()).hexdigest()[:12])
+    with open(path, "w") as f:
+        f.write(d["reference"])
+    problem_dir = req.get("problem_dir")
+    if problem_dir and problem_dir not in sys.path:
+        sys.path.insert(1, problem_dir)
+    mod = types.ModuleType("kg_reference")
+    mod.__file__ = path
+    try:
+        code = compile(d["reference"], path, "exec")
+        exec(code, mod.__dict__)
+    except Exception as e:
+        return kg.error_reply("reference", f"the reference failed to load: {type(e).__name__}: {e}", traceback.format_exc())
+    if not callable(mod.__dict__.get("run")):
+        return kg.error_reply("reference", "the reference defines no callable `run`")
+    STATE["module"] = mod
+    return {"result": "ok"}
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def _derive_seed(uuid, round_, salt):
+    h = hashlib.sha256(f"{STATE['seed']}:{uuid}:{round_}:{salt}".encode()).digest()
+    return int.from_bytes(h[:8], "little") & ((1 << 62) - 1)
+
+
+_WEIGHT_SUFFIXES = ("_weight", "_weights", "_proj", "_projs", "_proj_weight", "_weight_matrix")
+
+
+def _random_tensor(name, shape, dtype, dev, desc):
+    if dtype.is_floating_point and dtype.itemsize >= 2:
+        lname = name.lower()
+        base = lname.rstrip("0123456789")
+        if base.endswith(("norm_weight", "ln_weight", "layernorm_weight", "gamma")) or base == "norm_weight":
+            return (1.0 + 0.1 * torch.randn(shape, dtype=torch.float32, device=dev)).to(dtype)
+        if base.endswith(("norm_bias", "beta")):
+            return (0.1 * torch.randn(shape, dtype=torch.float32, device=dev)).to(dtype)
+        if base in ("rstd", "std", "var", "variance") or base.endswith(("_rstd", "_std", "_var", "_variance")):
+            return (torch.randn(shape, dtype=torch.float32, device=dev).abs() + 0.1).to(dtype)
+        if base in ("cos", "sin", "cos_cached", "sin_cached", "rope_cos", "rope_sin"):
+            t = torch.rand(shape, dtype=torch.float32, device=dev) * (2 * math.pi) - math.pi
+            return (torch.cos(t) if "cos" in base else torch.sin(t)).to(dtype)
+        if len(shape) >= 2 and (base == "weight" or base.endswith(_WEIGHT_SUFFIXES)):
+            fan_in = max(int(shape[-1]), 1)
+            return (torch.randn(shape, dtype=torch.float32, device=dev) / math.sqrt(fan_in)).to(dtype)
+        return torch.randn(shape, dtype=torch.float32, device=dev).to(dtype)
+    if dtype.is_floating_point:  # fp8 and narrower
+        if dtype == getattr(torch, "float4_e2m1fn_x2", None):
+            return torch.randint(0, 256, shape, dtype=torch.uint8, device=dev).view(dtype)
+        return torch.randn(shape, dtype=torch.float32, device=dev).clamp_(-2.0, 2.0).to(dtype)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, device=dev).to(torch.bool)
+    if dtype == torch.uint8:
+        return torch.randint(0, 256, shape, dtype=dtype, device=dev)
+    lo, hi = (-128, 128) if dtype == torch.int8 else (-1024, 1024)
+    return torch.randint(lo, hi, shape, dtype=dtype, device=dev)
+
+
+def gen_inputs(workload, shapes, axes, seed):
+    d = STATE["definition"]
+    dev = STATE["device"]
+    torch.manual_seed(seed)
+    specs = workload["inputs"]
+    custom = None
+    if any(s.get("type") == "custom" for s in specs.values()):
+        fn = getattr(STATE["module"], d.get("custom_inputs_entrypoint") or "", None)
+        if fn is None:
+            raise RuntimeError("workload uses `custom` inputs but the reference has no custom_inputs_entrypoint")
+        scalars = {k: s["value"] for k, s in specs.items() if s.get("type") == "scalar"}
+        custom = fn({**axes, **scalars}, dev)
+    out = []
+    for name, tspec in d["inputs"].items():
+        s = specs[name]
+        t = s.get("type")
+        dtype = kg.torch_dtype(tspec["dtype"])
+        if t == "scalar":
+            out.append(s["value"])
+        elif t == "custom":
+            v = custom[name]
+            out.append(v.to(dev) if isinstance(v, torch.Tensor) else v)
+        elif t == "safetensors":
+            import safetensors.torch as st
+
+            p = s["path"]
+            if not os.path.isabs(p):
+                p = os.path.join(STATE["problem_dir"], p)
+            out.append(st.load_file(p)[s["tensor_key"]].to(dev))
+        else:
+            shape = shapes[name]
+            if shape is None:
+                out.append(_random_tensor(name, (), dtype, dev, tspec.get("description")).item())
+            else:
+                out.append(_random_tensor(name, tuple(shape), dtype, dev, tspec.get("description")))
+    return out
+
+
+def _clone(v):
+    return v.clone() if isinstance(v, torch.Tensor) else v
+
+
+def normalize_outputs(res):
+    d = STATE["definition"]
+    names = list(d["outputs"].keys())
+    if isinstance(res, dict):
+        vals = [res.get(n) for n in names]
+    elif isinstance(res, (tuple, list)):
+        vals = list(res)
+    else:
+        vals = [res]
+    if len(vals) != len(names):
+        raise ValueError(f"returned {len(vals)} output(s), the definition declares {len(names)} ({', '.join(names)})")
+    out = []
+    for n, v in zip(names, vals):
+        if not isinstance(v, torch.Tensor):
+            v = torch.tensor(v, dtype=kg.torch_dtype(d["outputs"][n]["dtype"]), device=STATE["device"])
+        out.append(v)
+    return out
+
+
+def run_reference(inputs):
+    res = STATE["module"].run(*[_clone(x) for x in inputs])
+    if STATE["device"].type == "cuda":
+        torch.cuda.synchronize()
+    return normalize_outputs(res)
+
+
+def _check_declared(outs, shapes):
+    d = STATE["definition"]
+    for (n, spec), o in zip(d["outputs"].items(), outs):
+        want = shapes.get(n)
+        want_shape = [] if want is None else list(want)
+        if list(o.shape) != want_shape:
+            return f"output `{n}` has shape {list(o.shape)}, the definition declares {want_shape}"
+        if kg.dtype_name(o.dtype) != spec["dtype"]:
+            return f"output `{n}` has dtype {kg.dtype_name(o.dtype)}, the definition declares {spec['dtype']}"
+    return None
+
+
+def op_prepare(req):
+    """Generates round inputs, writes them for the candidate, runs and keeps the reference."""
+    w = req["workload"]
+    r = int(req["round"])
+    STATE["problem_dir"] = req.get("problem_dir") or "."
+    seed = _derive_seed(w["uuid"], r, "inputs")
+    try:
+        inputs = gen_inputs(w, req["input_shapes"], req["axes"], seed)
+    except Exception as e:
+        return kg.error_reply("invalid_reference", f"failed to generate inputs: {type(e).__name__}: {e}", traceback.format_exc())
+    torch.save([x.detach().cpu() if isinstance(x, torch.Tensor) else x for x in inputs], req["path"])
+    try:
+        t0 = time.perf_counter()
+        ref = run_reference(inputs)
+        ref_s = time.perf_counter() - t0
+    except Exception as e:
+        return kg.error_reply("invalid_reference", f"the reference raised: {type(e).__name__}: {e}", traceback.format_exc())
+    bad = _check_declared(ref, req["output_shapes"])
+    if bad:
+        return kg.error_reply("invalid_reference", "the reference's " + bad)
+    for n, o in zip(STATE["definition"]["outputs"], ref):
+        if o.numel() > 0 and (o.dtype.is_floating_point or o.dtype.is_complex) and bool(torch.isnan(o.float()).all()):
+            return kg.error_reply("invalid_reference", f"the reference's output `{n}` is NaN everywhere")
+    if req.get("check_constant"):
+        has_random = any(s.get("type") in ("random", "custom") for s in w["inputs"].values())
+        if has_random:
+            try:
+                other = gen_inputs(w, req["input_shapes"], req["axes"], _derive_seed(w["uuid"], r, "constant-check"))
+                ref2 = run_reference(other)
+            except Exception as e:
+                return kg.error_reply("invalid_reference", f"the reference raised on a second input set: {type(e).__name__}: {e}", traceback.format_exc())
+            if all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(ref, ref2)):
+                return kg.error_reply(
+                    "invalid_reference",
+                    "the reference returned identical outputs for two different random input sets: its result does not depend on its inputs")
+    STATE["ref_out"] = {"round": r, "outputs": ref, "inputs": inputs}
+    return {"result": "ok", "reference_s": ref_s}
+
+
+# ---------------------------------------------------------------- comparison
+
+
+def compare(outs, tol):
+    """Returns a check result dict: status + metrics."""
+    d = STATE["definition"]
+    names = list(d["outputs"].keys())
+    ref = STATE["ref_out"]["outputs"]
+    if not isinstance(outs, list) or len(outs) != len(names):
+        n = len(outs) if isinstance(outs, list) else "a non-list"
+        return {"status": "INCORRECT_SHAPE", "message": f"the candidate returned {n} output(s), expected {len(names)} ({', '.join(names)})"}
+    for n, o, r in zip(names, outs, ref):
+        if type(o) is not torch.Tensor:
+            return {"status": "INCORRECT_SHAPE", "message": f"output `{n}` is a {type(o).__name__}, expected a torch.Tensor"}
+        if o.shape != r.shape:
+            return {"status": "INCORRECT_SHAPE", "message": f"output `{n}` has shape {list(o.shape)}, expected {list(r.shape)}"}
+    for n, o, r in zip(names, outs, ref):
+        if o.dtype != r.dtype:
+            return {"status": "INCORRECT_DTYPE", "message": f"output `{n}` has dtype {kg.dtype_name(o.dtype)}, expected {kg.dtype_name(r.dtype)}"}
+    atol, rtol = float(tol["max_atol"]), float(tol["max_rtol"])
+    need = float(tol["required_matched_ratio"])
+    cap = tol.get("max_error_cap")
+    allow_ninf = bool(tol.get("allow_negative_inf", False))
+    res = {"max_abs": 0.0, "max_rel": 0.0, "matched_ratio": 1.0, "has_nan": False, "has_inf": False}
+    fail = None
+    dev = STATE["device"]
+    for n, o, r in zip(names, outs, ref):
+        o = o.to(dev)
+        if o.numel() == 0:
+            continue
+        of = o.float() if o.dtype != torch.float32 else o
+        rf = r.float() if r.dtype != torch.float32 else r
+        o_nan, r_nan = torch.isnan(of), torch.isnan(rf)
+        o_inf, r_inf = torch.isinf(of), torch.isinf(rf)
+        res["has_nan"] |= bool(o_nan.any() or r_nan.any())
+        res["has_inf"] |= bool(o_inf.any() or r_inf.any())
+        special_ok = torch.zeros_like(o_nan)
+        if allow_ninf:
+            special_ok = (of == -math.inf) & (rf == -math.inf)
+        bad_special = (o_nan | r_nan | o_inf | r_inf) & ~special_ok
+        if bool(bad_special.any()):
+            k = int(bad_special.sum())
+            fail = fail or f"output `{n}`: {k} element(s) are NaN/Inf in the output or the reference where the other side differs"
+        finite = ~(o_nan | r_nan | o_inf | r_inf)
+        diff = torch.where(finite, (of - rf).abs(), torch.zeros_like(of))
+        ok = (diff <= atol + rtol * rf.abs()) & finite | special_ok
+        ratio = float(ok.float().mean())
+        max_abs = float(diff.max())
+        rel = diff / torch.clamp(rf.abs(), min=atol if atol > 0 else 1e-12)
+        max_rel = float(torch.where(finite, rel, torch.zeros_like(rel)).max())
+        res["max_abs"] = max(res["max_abs"], max_abs)
+        res["max_rel"] = max(res["max_rel"], max_rel)
+        res["matched_ratio"] = min(res["matched_ratio"], ratio)
+        if ratio < need:
+            fail = fail or f"output `{n}`: {ratio:.6f} of elements within atol={atol} rtol={rtol}, {need} required; max abs error {max_abs:.6g}, max rel error {max_rel:.6g}"
+        if cap is not None and max_abs > float(cap):
+            fail = fail or f"output `{n}`: max abs error {max_abs:.6g} exceeds max_error_cap {cap}"
+        if bool((of[finite] == 0).all()) and bool((rf[finite] != 0).any()):
+            fail = fail or f"output `{n}` is all zeros but the reference is not"
+    res["status"] = "INCORRECT_NUMERICAL" if fail else "PASSED"
+    if fail:
+        res["message"] = fail
+    return res
+
+
+def op_check(req):
+    if STATE["ref_out"].get("round") != int(req["round"]):
+        return kg.error_reply("protocol", f"no reference outputs kept for round {req['round']}")
+    try:
+        outs = torch.load(req["path"], map_location="cpu", weights_only=True)
+    except Exception as e:
+        return {"result": "ok", "status": "RUNTIME_ERROR", "message": f"candidate outputs unreadable: {type(e).__name__}: {e}"}
+    return {"result": "ok", **compare(outs, req["tolerance"])}
+
+
+def op_time_reference(req):
+    if STATE["ref_out"].get("round") is None:
+        return kg.error_reply("protocol", "no prepared inputs to time the reference on")
+    inputs = STATE["ref_out"]["inputs"]
+    dev = STATE["device"]
+    k = max(1, int(req.get("clones", 1)))
+    sets = [[_clone(x) for x in inputs] for _ in range(k)]
+    fn = STATE["module"].run
+    try:
+        times, notes = kg.time_calls(lambda a: fn(*a), sets, dev, int(req["warmup"]), int(req["iterations"]), req["method"], req.get("budget_s"))
+    except Exception as e:
+        return kg.error_reply("invalid_reference", f"the reference raised while timed: {type(e).__name__}: {e}", traceback.format_exc())
+    return {"result": "ok", "times_ms": times, "notes": notes, "spread": kg.summarize(times)}
+
+
+def op_clocks(req):
+    dev = STATE["device"]
+    return {"result": "ok", "clocks": kg.clocks(dev, kg.device_identity(dev))}
+
+
+if __name__ == "__main__":
+    kg.serve({
+        "hello": op_hello,
+        "setup": op_setup,
+        "prepare": op_prepare,
+        "check": op_check,
+        "time_reference": op_time_reference,
+        "clocks": op_clocks,
+    })

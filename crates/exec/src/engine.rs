@@ -1,0 +1,1035 @@
+//! The evaluation engine: one judge per device lane, one candidate process per solution.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use indexmap::IndexMap;
+use kg_contract::{
+    ClockState, Correctness, Environment, Evaluation, LoadedWorkload, Performance, Problem,
+    Solution, SourceFile, Spread, Status, TimingMethod, Trace,
+};
+use serde_json::{Value, json};
+
+use crate::device::DeviceChoice;
+use crate::process::{CancelToken, Worker, WorkerError, WorkerSpec, tail};
+use crate::python::Interpreter;
+use crate::scripts;
+
+/// Languages a solution may declare.
+pub const SUPPORTED_LANGUAGES: [&str; 4] = ["pytorch", "python", "triton", "cuda_cpp"];
+
+/// Which timing method to use on a GPU (`--timing`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TimingChoice {
+    /// `device_event_sync` on a GPU, `cpu_wall` on the CPU.
+    #[default]
+    Default,
+    /// CUDA-graph replay (GPU only), for launch-bound kernels.
+    CudaGraph,
+}
+
+/// Settings of an evaluation.
+#[derive(Debug, Clone)]
+pub struct EvalOptions {
+    /// The device.
+    pub device: DeviceChoice,
+    /// Time limit per workload, for the candidate's calls (and the reference's).
+    pub timeout: Duration,
+    /// Time limit for starting a candidate and importing/building the solution.
+    pub compile_timeout: Duration,
+    /// Warm-up calls before timing.
+    pub warmup: u32,
+    /// Timed iterations (on the CPU, an upper bound: see `cpu_time_budget`).
+    pub iterations: u32,
+    /// Correctness rounds, each with fresh inputs.
+    pub rounds: u32,
+    /// Fixed seed instead of a secret random one (for reproducing a failure).
+    pub seed: Option<u64>,
+    /// Timing method choice.
+    pub timing: TimingChoice,
+    /// On the CPU, stop timing after this many seconds (at least 3 iterations); warm-up stops
+    /// after a quarter of it.
+    pub cpu_time_budget: Option<Duration>,
+    /// Where C++/CUDA builds are cached.
+    pub cache_dir: PathBuf,
+}
+
+impl EvalOptions {
+    /// The defaults of `kg-bench evaluate` for a device.
+    pub fn new(device: DeviceChoice) -> Self {
+        EvalOptions {
+            device,
+            timeout: Duration::from_secs(600),
+            compile_timeout: Duration::from_secs(120),
+            warmup: 10,
+            iterations: 50,
+            rounds: 10,
+            seed: None,
+            timing: TimingChoice::Default,
+            cpu_time_budget: Some(Duration::from_millis(500)),
+            cache_dir: default_cache_dir(),
+        }
+    }
+
+    /// The timing method these options produce.
+    pub fn timing_method(&self) -> TimingMethod {
+        match (&self.device, self.timing) {
+            (DeviceChoice::Cpu, _) => TimingMethod::CpuWall,
+            (_, TimingChoice::CudaGraph) => TimingMethod::CudaGraph,
+            (_, TimingChoice::Default) => TimingMethod::DeviceEventSync,
+        }
+    }
+}
+
+/// `$KG_CACHE_DIR`, else `$XDG_CACHE_HOME/kernelgate`, else `~/.cache/kernelgate`, else a temp dir.
+pub fn default_cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("KG_CACHE_DIR") {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
+        return PathBuf::from(d).join("kernelgate");
+    }
+    if let Some(h) = std::env::var_os("HOME") {
+        return PathBuf::from(h).join(".cache").join("kernelgate");
+    }
+    std::env::temp_dir().join("kernelgate-cache")
+}
+
+/// Something that happened during an evaluation, for reporters.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// A workload is about to be evaluated.
+    WorkloadStarted {
+        /// Definition name.
+        definition: String,
+        /// Solution name.
+        solution: String,
+        /// Workload uuid.
+        uuid: String,
+        /// 0-based position.
+        index: usize,
+        /// Number of workloads in this evaluation.
+        total: usize,
+    },
+    /// A workload finished; its trace.
+    WorkloadFinished(Box<Trace>),
+    /// Something the user should know (e.g. a worker restarted).
+    Notice(String),
+}
+
+/// Errors that stop an evaluation (as opposed to statuses recorded in traces).
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    /// The solution declares a language we do not run.
+    #[error("solution `{solution}` declares language(s) {languages:?}; supported: {supported}")]
+    UnsupportedLanguage {
+        /// Solution name.
+        solution: String,
+        /// Its languages.
+        languages: Vec<String>,
+        /// The supported list.
+        supported: String,
+    },
+    /// The solution is for another definition.
+    #[error(
+        "solution `{solution}` is for definition `{for_def}`, but the problem is `{def}`; pass the matching `--solution`"
+    )]
+    WrongDefinition {
+        /// Solution name.
+        solution: String,
+        /// Its definition.
+        for_def: String,
+        /// The problem's definition.
+        def: String,
+    },
+    /// The judge could not be started or set up (environment problem).
+    #[error("failed to start the judge worker with `{python}`: {message}")]
+    Judge {
+        /// Interpreter.
+        python: PathBuf,
+        /// What went wrong (with its stderr tail).
+        message: String,
+    },
+    /// Local I/O (temp dirs, scripts).
+    #[error("failed to {what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Cancelled (Ctrl-C / SIGTERM); workers were killed.
+    #[error("cancelled")]
+    Cancelled,
+}
+
+/// Checks a solution's languages before anything runs.
+pub fn check_languages(sol: &Solution) -> Result<(), ExecError> {
+    let bad = sol
+        .spec
+        .languages
+        .iter()
+        .any(|l| !SUPPORTED_LANGUAGES.contains(&l.to_lowercase().as_str()));
+    let binding_ok = !sol
+        .spec
+        .languages
+        .iter()
+        .any(|l| l.eq_ignore_ascii_case("cuda_cpp"))
+        || matches!(sol.spec.binding.as_deref(), None | Some("torch"));
+    if bad || !binding_ok {
+        return Err(ExecError::UnsupportedLanguage {
+            solution: sol.name.clone(),
+            languages: sol.spec.languages.clone(),
+            supported: format!(
+                "{} (cuda_cpp with binding `torch`)",
+                SUPPORTED_LANGUAGES.join(", ")
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The problem's own reference as a solution (value-returning `run`, language pytorch).
+pub fn reference_solution(problem: &Problem) -> Solution {
+    Solution {
+        name: "reference".into(),
+        definition: problem.definition.name.clone(),
+        author: "definition reference".into(),
+        description: Some("the definition's own PyTorch reference".into()),
+        spec: kg_contract::BuildSpec {
+            languages: vec!["pytorch".into()],
+            target_hardware: vec![],
+            entry_point: "reference.py::run".into(),
+            destination_passing_style: false,
+            binding: None,
+            dependencies: None,
+            compile_options: None,
+        },
+        sources: vec![SourceFile {
+            path: "reference.py".into(),
+            content: problem.definition.reference.clone(),
+        }],
+    }
+}
+
+/// One device lane: a private temp dir with the worker scripts, and a long-lived judge.
+pub struct Session {
+    python: Interpreter,
+    opts: EvalOptions,
+    cancel: CancelToken,
+    dir: tempfile::TempDir,
+    judge: Option<Worker>,
+    judge_env: Option<Environment>,
+    judge_setup_for: Option<String>,
+    counter: u64,
+}
+
+struct Outcome {
+    status: Status,
+    log: String,
+    correctness: Option<Correctness>,
+    performance: Option<Performance>,
+}
+
+impl Outcome {
+    fn fail(status: Status, log: impl Into<String>) -> Self {
+        Outcome {
+            status,
+            log: log.into(),
+            correctness: None,
+            performance: None,
+        }
+    }
+}
+
+fn reply_ok(v: &Value) -> bool {
+    v.get("result").and_then(Value::as_str) == Some("ok")
+}
+
+fn reply_kind(v: &Value) -> &str {
+    v.get("kind").and_then(Value::as_str).unwrap_or("unknown")
+}
+
+fn reply_message(v: &Value) -> String {
+    let mut s = v
+        .get("message")
+        .and_then(Value::as_str)
+        .unwrap_or("no message")
+        .to_string();
+    if let Some(tb) = v.get("traceback").and_then(Value::as_str) {
+        s.push('\n');
+        s.push_str(tail(tb, 8000));
+    }
+    s
+}
+
+fn spread_of(v: &Value) -> Option<Spread> {
+    serde_json::from_value(v.get("spread")?.clone()).ok()
+}
+
+fn now_iso() -> String {
+    time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+fn host_name() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+fn shapes_json(shapes: &kg_contract::shape::Shapes) -> Value {
+    let mut m = serde_json::Map::new();
+    for (k, v) in shapes {
+        m.insert(k.clone(), json!(v));
+    }
+    Value::Object(m)
+}
+
+impl Session {
+    /// Creates a lane. The judge starts on first use.
+    pub fn new(
+        python: Interpreter,
+        opts: EvalOptions,
+        cancel: CancelToken,
+    ) -> Result<Session, ExecError> {
+        let dir = tempfile::Builder::new()
+            .prefix("kg-")
+            .tempdir()
+            .map_err(|source| ExecError::Io {
+                what: "create a private temp dir".into(),
+                source,
+            })?;
+        scripts::install(dir.path()).map_err(|source| ExecError::Io {
+            what: format!("write the worker scripts into `{}`", dir.path().display()),
+            source,
+        })?;
+        Ok(Session {
+            python,
+            opts,
+            cancel,
+            dir,
+            judge: None,
+            judge_env: None,
+            judge_setup_for: None,
+            counter: 0,
+        })
+    }
+
+    /// The options in effect.
+    pub fn options(&self) -> &EvalOptions {
+        &self.opts
+    }
+
+    /// The judge's view of the device and libraries (after the judge started).
+    pub fn environment(&self) -> Option<&Environment> {
+        self.judge_env.as_ref()
+    }
+
+    fn worker_env(&self) -> Vec<(String, String)> {
+        let mut env = vec![];
+        if self.opts.device.is_cpu() {
+            env.push(("TRITON_INTERPRET".to_string(), "1".to_string()));
+        }
+        env
+    }
+
+    fn spec(&self, label: &str, script: &str, cwd: &Path) -> WorkerSpec {
+        WorkerSpec {
+            python: self.python.path.clone(),
+            script: self.dir.path().join(script),
+            cwd: cwd.to_path_buf(),
+            env: self.worker_env(),
+            socket_dir: self.dir.path().to_path_buf(),
+            label: label.to_string(),
+        }
+    }
+
+    fn judge_error(&self, message: String) -> ExecError {
+        ExecError::Judge {
+            python: self.python.path.clone(),
+            message,
+        }
+    }
+
+    /// Starts the judge if it is not running, and loads `problem`'s reference into it.
+    fn ensure_judge(&mut self, problem: &Problem) -> Result<Result<(), String>, ExecError> {
+        if self.judge.as_ref().is_some_and(Worker::is_dead) {
+            if let Some(j) = self.judge.take() {
+                j.shutdown();
+            }
+            self.judge_setup_for = None;
+        }
+        if self.judge.is_none() {
+            let spec = self.spec("judge", "judge.py", self.dir.path());
+            let mut w = match Worker::spawn(&spec, Duration::from_secs(300), &self.cancel) {
+                Ok(w) => w,
+                Err(WorkerError::Cancelled) => return Err(ExecError::Cancelled),
+                Err(e) => return Err(self.judge_error(e.to_string())),
+            };
+            let deadline = Instant::now() + Duration::from_secs(300);
+            let hello = json!({"op": "hello", "device": self.opts.device.worker_name(), "seed": self.opts.seed});
+            let r = match w.request(&hello, deadline, &self.cancel) {
+                Ok(r) => r,
+                Err(WorkerError::Cancelled) => return Err(ExecError::Cancelled),
+                Err(e) => {
+                    let log = w.take_log();
+                    return Err(self.judge_error(format!("{e}\n{}", tail(&log, 4000))));
+                }
+            };
+            if !reply_ok(&r) {
+                return Err(self.judge_error(reply_message(&r)));
+            }
+            let mut env: Environment = r
+                .get("environment")
+                .cloned()
+                .and_then(|v| serde_json::from_value(v).ok())
+                .unwrap_or_default();
+            env.host = host_name();
+            env.kernelgate_version = Some(env!("CARGO_PKG_VERSION").to_string());
+            self.judge_env = Some(env);
+            self.judge = Some(w);
+            self.judge_setup_for = None;
+        }
+        let key = format!(
+            "{}\0{}",
+            problem.definition_path.display(),
+            kg_contract::io::sha256_hex(problem.definition.reference.as_bytes())
+        );
+        if self.judge_setup_for.as_deref() == Some(key.as_str()) {
+            return Ok(Ok(()));
+        }
+        let def = serde_json::to_value(&problem.definition).unwrap_or(Value::Null);
+        let dir = problem.dir.canonicalize().unwrap_or(problem.dir.clone());
+        let req = json!({"op": "setup", "definition": def, "work_dir": self.dir.path(), "problem_dir": dir});
+        let deadline = Instant::now() + self.opts.compile_timeout;
+        let Some(j) = self.judge.as_mut() else {
+            return Err(self.judge_error("judge not running".into()));
+        };
+        match j.request(&req, deadline, &self.cancel) {
+            Ok(r) if reply_ok(&r) => {
+                self.judge_setup_for = Some(key);
+                Ok(Ok(()))
+            }
+            Ok(r) => Ok(Err(reply_message(&r))),
+            Err(WorkerError::Cancelled) => Err(ExecError::Cancelled),
+            Err(e) => {
+                let log = j.take_log();
+                Ok(Err(format!(
+                    "the judge failed while loading the reference: {e}\n{log}"
+                )))
+            }
+        }
+    }
+
+    fn judge_request(&mut self, req: &Value, deadline: Instant) -> Result<Value, JudgeFail> {
+        let Some(j) = self.judge.as_mut() else {
+            return Err(JudgeFail::Other("judge not running".into()));
+        };
+        match j.request(req, deadline, &self.cancel) {
+            Ok(v) => Ok(v),
+            Err(WorkerError::Cancelled) => Err(JudgeFail::Cancelled),
+            Err(e) => {
+                let log = j.take_log();
+                self.judge_setup_for = None;
+                Err(JudgeFail::Other(format!("judge worker: {e}\n{log}")))
+            }
+        }
+    }
+
+    fn environment_now(&mut self) -> Environment {
+        let mut env = self.judge_env.clone().unwrap_or_default();
+        if !self.opts.device.is_cpu() {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            if let Ok(r) = self.judge_request(&json!({"op": "clocks"}), deadline)
+                && let Some(c) = r.get("clocks").cloned()
+                && let Ok(c) = serde_json::from_value::<ClockState>(c)
+            {
+                env.clocks = Some(c);
+            }
+        }
+        env
+    }
+
+    /// Runs the reference of `problem` on one workload (round 0, with the constant-output
+    /// check) and reports what is wrong with it, if anything.
+    pub fn check_reference(
+        &mut self,
+        problem: &Problem,
+        w: &LoadedWorkload,
+    ) -> Result<Option<String>, ExecError> {
+        if let Err(msg) = self.ensure_judge(problem)? {
+            return Ok(Some(msg));
+        }
+        let xfer = self.fresh_dir("validate")?;
+        let req = self.prepare_request(problem, w, 0, &xfer.join("in_0.pt"));
+        let deadline = Instant::now() + self.opts.timeout;
+        let r = match self.judge_request(&req, deadline) {
+            Ok(r) => r,
+            Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
+            Err(JudgeFail::Other(m)) => return Ok(Some(m)),
+        };
+        let _ = std::fs::remove_dir_all(&xfer);
+        Ok((!reply_ok(&r)).then(|| reply_message(&r)))
+    }
+
+    fn fresh_dir(&mut self, what: &str) -> Result<PathBuf, ExecError> {
+        self.counter += 1;
+        let d = self.dir.path().join(format!("{what}-{}", self.counter));
+        std::fs::create_dir_all(&d).map_err(|source| ExecError::Io {
+            what: format!("create `{}`", d.display()),
+            source,
+        })?;
+        Ok(d)
+    }
+
+    fn prepare_request(
+        &self,
+        problem: &Problem,
+        w: &LoadedWorkload,
+        round: u32,
+        path: &Path,
+    ) -> Value {
+        let dir = problem.dir.canonicalize().unwrap_or(problem.dir.clone());
+        json!({
+            "op": "prepare",
+            "workload": w.workload,
+            "round": round,
+            "path": path,
+            "input_shapes": shapes_json(&w.resolved.inputs),
+            "output_shapes": shapes_json(&w.resolved.outputs),
+            "axes": w.resolved.axes,
+            "problem_dir": dir,
+            "check_constant": round == 0,
+        })
+    }
+
+    fn output_specs(problem: &Problem, w: &LoadedWorkload) -> Value {
+        let v: Vec<Value> = problem
+            .definition
+            .outputs
+            .iter()
+            .map(|(n, spec)| {
+                json!({
+                    "name": n,
+                    "dtype": spec.dtype.name(),
+                    "shape": w.resolved.outputs.get(n).cloned().flatten(),
+                })
+            })
+            .collect();
+        Value::Array(v)
+    }
+
+    fn start_candidate(
+        &mut self,
+        sol: &Solution,
+    ) -> Result<Result<Worker, (Status, String)>, ExecError> {
+        let root = self.fresh_dir("cand")?;
+        let src = root.join("src");
+        std::fs::create_dir_all(&src).map_err(|source| ExecError::Io {
+            what: format!("create `{}`", src.display()),
+            source,
+        })?;
+        let spec = self.spec("candidate", "candidate.py", &root);
+        let t0 = Instant::now();
+        let mut w = match Worker::spawn(&spec, self.opts.compile_timeout, &self.cancel) {
+            Ok(w) => w,
+            Err(WorkerError::Cancelled) => return Err(ExecError::Cancelled),
+            Err(e) => {
+                return Ok(Err((
+                    Status::RuntimeError,
+                    format!("failed to start the candidate worker: {e}"),
+                )));
+            }
+        };
+        let deadline = t0 + self.opts.compile_timeout;
+        let hello = json!({"op": "hello", "device": self.opts.device.worker_name()});
+        let load = json!({
+            "op": "load",
+            "solution": sol,
+            "source_dir": src,
+            "cache_dir": self.opts.cache_dir.join("torch-extensions-v1"),
+        });
+        for req in [hello, load] {
+            match w.request(&req, deadline, &self.cancel) {
+                Ok(r) if reply_ok(&r) => {}
+                Ok(r) => {
+                    let log = w.take_log();
+                    w.kill();
+                    return Ok(Err((
+                        Status::CompileError,
+                        format!("{}\n{log}", reply_message(&r)),
+                    )));
+                }
+                Err(WorkerError::Cancelled) => return Err(ExecError::Cancelled),
+                Err(e) => {
+                    let log = w.take_log();
+                    let what = match e {
+                        WorkerError::Timeout { .. } => format!(
+                            "building/importing the solution exceeded --compile-timeout ({:.0} s)",
+                            self.opts.compile_timeout.as_secs_f64()
+                        ),
+                        other => format!("the candidate worker failed while importing: {other}"),
+                    };
+                    w.kill();
+                    return Ok(Err((Status::CompileError, format!("{what}\n{log}"))));
+                }
+            }
+        }
+        Ok(Ok(w))
+    }
+
+    /// Evaluates `sol` on the given workloads of `problem`, calling `on_event` as it goes.
+    pub fn evaluate(
+        &mut self,
+        problem: &Problem,
+        sol: &Solution,
+        workloads: &[&LoadedWorkload],
+        on_event: &mut dyn FnMut(Event),
+    ) -> Result<Vec<Trace>, ExecError> {
+        check_languages(sol)?;
+        if sol.definition != problem.definition.name {
+            return Err(ExecError::WrongDefinition {
+                solution: sol.name.clone(),
+                for_def: sol.definition.clone(),
+                def: problem.definition.name.clone(),
+            });
+        }
+        let mut traces = Vec::new();
+        let mut candidate: Option<Worker> = None;
+        let mut startup_note: Option<String> = None;
+        let mut compile_failure: Option<(Status, String)> = None;
+        let total = workloads.len();
+        for (index, w) in workloads.iter().enumerate() {
+            if self.cancel.is_cancelled() {
+                return Err(ExecError::Cancelled);
+            }
+            on_event(Event::WorkloadStarted {
+                definition: problem.definition.name.clone(),
+                solution: sol.name.clone(),
+                uuid: w.workload.uuid.clone(),
+                index,
+                total,
+            });
+            let outcome = match self.ensure_judge(problem)? {
+                Err(msg) => Outcome::fail(
+                    Status::InvalidReference,
+                    format!("the reference could not be loaded: {msg}"),
+                ),
+                Ok(()) => {
+                    if let Some((st, log)) = &compile_failure {
+                        Outcome::fail(*st, log.clone())
+                    } else {
+                        if candidate.as_ref().is_none_or(Worker::is_dead) {
+                            if let Some(c) = candidate.take() {
+                                c.shutdown();
+                                on_event(Event::Notice(format!(
+                                    "{}: starting a fresh candidate process for `{}`",
+                                    problem.definition.name, sol.name
+                                )));
+                            }
+                            let t0 = Instant::now();
+                            match self.start_candidate(sol)? {
+                                Ok(c) => {
+                                    startup_note = Some(format!(
+                                        "candidate process start + import: {:.3} s",
+                                        t0.elapsed().as_secs_f64()
+                                    ));
+                                    candidate = Some(c);
+                                }
+                                Err(f) => compile_failure = Some(f),
+                            }
+                        }
+                        match (&mut candidate, &compile_failure) {
+                            (Some(c), None) => {
+                                let t = Instant::now();
+                                let mut o = self.run_workload(problem, w, c)?;
+                                let wall = t.elapsed().as_secs_f64();
+                                o.log
+                                    .push_str(&format!("harness: workload wall {wall:.3} s\n"));
+                                if let Some(n) = startup_note.take() {
+                                    o.log.push_str(&format!(
+                                        "harness: {n}; first workload evaluated {:.3} s after the candidate process started\n",
+                                        c.started.elapsed().as_secs_f64()
+                                    ));
+                                }
+                                o
+                            }
+                            (_, Some((st, log))) => Outcome::fail(*st, log.clone()),
+                            (None, None) => Outcome::fail(
+                                Status::RuntimeError,
+                                "no candidate process".to_string(),
+                            ),
+                        }
+                    }
+                }
+            };
+            let env = self.environment_now();
+            let trace = Trace {
+                definition: problem.definition.name.clone(),
+                solution: Some(sol.name.clone()),
+                workload: w.workload.clone(),
+                evaluation: Some(Evaluation {
+                    status: outcome.status,
+                    log: bounded_log(outcome.log),
+                    correctness: outcome.correctness,
+                    performance: outcome.performance,
+                    environment: env,
+                    timestamp: now_iso(),
+                }),
+            };
+            on_event(Event::WorkloadFinished(Box::new(trace.clone())));
+            traces.push(trace);
+        }
+        if let Some(c) = candidate.take() {
+            c.shutdown();
+        }
+        Ok(traces)
+    }
+
+    fn run_workload(
+        &mut self,
+        problem: &Problem,
+        w: &LoadedWorkload,
+        cand: &mut Worker,
+    ) -> Result<Outcome, ExecError> {
+        let xfer = self.fresh_dir("xfer")?;
+        let result = self.run_workload_in(problem, w, cand, &xfer);
+        let _ = std::fs::remove_dir_all(&xfer);
+        let mut outcome = result?;
+        let log = cand.take_log();
+        if !log.is_empty() {
+            if !outcome.log.is_empty() && !outcome.log.ends_with('\n') {
+                outcome.log.push('\n');
+            }
+            outcome.log.push_str(&log);
+        }
+        Ok(outcome)
+    }
+
+    fn candidate_call(
+        &self,
+        cand: &mut Worker,
+        req: &Value,
+        deadline: Instant,
+    ) -> Result<Result<Value, Outcome>, ExecError> {
+        match cand.request(req, deadline, &self.cancel) {
+            Ok(r) if reply_ok(&r) => Ok(Ok(r)),
+            Ok(r) => {
+                let status = match reply_kind(&r) {
+                    "runtime" | "exception" => Status::RuntimeError,
+                    "compile" => Status::CompileError,
+                    _ => Status::RuntimeError,
+                };
+                Ok(Err(Outcome::fail(status, reply_message(&r))))
+            }
+            Err(WorkerError::Cancelled) => Err(ExecError::Cancelled),
+            Err(WorkerError::Timeout { seconds }) => Ok(Err(Outcome::fail(
+                Status::Timeout,
+                format!(
+                    "the candidate did not finish within --timeout ({:.0} s for the workload; waited {seconds:.1} s in this call); its process group was killed",
+                    self.opts.timeout.as_secs_f64()
+                ),
+            ))),
+            Err(WorkerError::Died { how }) => Ok(Err(Outcome::fail(
+                Status::RuntimeError,
+                format!("the candidate process {how}"),
+            ))),
+            Err(e) => Ok(Err(Outcome::fail(
+                Status::RuntimeError,
+                format!("candidate worker: {e}"),
+            ))),
+        }
+    }
+
+    fn run_workload_in(
+        &mut self,
+        problem: &Problem,
+        w: &LoadedWorkload,
+        cand: &mut Worker,
+        xfer: &Path,
+    ) -> Result<Outcome, ExecError> {
+        let deadline = Instant::now() + self.opts.timeout;
+        let tol = w.workload.tolerance();
+        let tol_json = serde_json::to_value(tol).unwrap_or(Value::Null);
+        let outputs = Self::output_specs(problem, w);
+        let rounds = self.opts.rounds.max(1);
+        let mut max_abs: f64 = 0.0;
+        let mut max_rel: f64 = 0.0;
+        let mut min_ratio: f64 = 1.0;
+        let mut has_nan = false;
+        let mut has_inf = false;
+        let merge = |r: &Value,
+                     max_abs: &mut f64,
+                     max_rel: &mut f64,
+                     min_ratio: &mut f64,
+                     has_nan: &mut bool,
+                     has_inf: &mut bool| {
+            let f = |k: &str| r.get(k).and_then(Value::as_f64);
+            if let Some(v) = f("max_abs") {
+                *max_abs = max_abs.max(v);
+            }
+            if let Some(v) = f("max_rel") {
+                *max_rel = max_rel.max(v);
+            }
+            if let Some(v) = f("matched_ratio") {
+                *min_ratio = min_ratio.min(v);
+            }
+            *has_nan |= r.get("has_nan").and_then(Value::as_bool).unwrap_or(false);
+            *has_inf |= r.get("has_inf").and_then(Value::as_bool).unwrap_or(false);
+        };
+        let mut last_in = PathBuf::new();
+        let mut last_round = 0;
+        for round in 0..rounds {
+            let inp = xfer.join(format!("in_{round}.pt"));
+            let out = xfer.join(format!("out_{round}.pt"));
+            let req = self.prepare_request(problem, w, round, &inp);
+            let r = match self.judge_request(&req, deadline) {
+                Ok(r) => r,
+                Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
+                Err(JudgeFail::Other(m)) => {
+                    return Ok(Outcome::fail(
+                        Status::InvalidReference,
+                        format!("the reference failed: {m}"),
+                    ));
+                }
+            };
+            if !reply_ok(&r) {
+                return Ok(Outcome::fail(Status::InvalidReference, reply_message(&r)));
+            }
+            let run = json!({"op": "run", "in": inp, "out": out, "outputs": outputs});
+            if let Err(o) = self.candidate_call(cand, &run, deadline)? {
+                return Ok(o);
+            }
+            let check = json!({"op": "check", "round": round, "path": out, "tolerance": tol_json});
+            let r = match self.judge_request(&check, deadline) {
+                Ok(r) => r,
+                Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
+                Err(JudgeFail::Other(m)) => {
+                    return Ok(Outcome::fail(
+                        Status::RuntimeError,
+                        format!("the judge failed while checking outputs: {m}"),
+                    ));
+                }
+            };
+            if !reply_ok(&r) {
+                return Ok(Outcome::fail(Status::RuntimeError, reply_message(&r)));
+            }
+            merge(
+                &r,
+                &mut max_abs,
+                &mut max_rel,
+                &mut min_ratio,
+                &mut has_nan,
+                &mut has_inf,
+            );
+            let status = r
+                .get("status")
+                .and_then(Value::as_str)
+                .and_then(Status::parse)
+                .unwrap_or(Status::RuntimeError);
+            if status != Status::Passed {
+                let msg = format!(
+                    "round {round}: {}",
+                    r.get("message").and_then(Value::as_str).unwrap_or("")
+                );
+                let mut o = Outcome::fail(status, msg);
+                if status.has_correctness() {
+                    o.correctness = Some(correctness(
+                        max_abs,
+                        max_rel,
+                        has_nan,
+                        has_inf,
+                        min_ratio,
+                        round + 1,
+                    ));
+                }
+                return Ok(o);
+            }
+            let _ = std::fs::remove_file(&out);
+            if round + 1 < rounds {
+                let _ = std::fs::remove_file(&inp);
+            }
+            last_in = inp;
+            last_round = round;
+        }
+        // Timing, on the last round's inputs; the outputs of the timed calls are checked again.
+        let method = self.opts.timing_method();
+        let method_name = serde_json::to_value(method)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        let budget = if self.opts.device.is_cpu() {
+            self.opts.cpu_time_budget.map(|d| d.as_secs_f64())
+        } else {
+            None
+        };
+        let clones = if self.opts.device.is_cpu() { 1 } else { 4 };
+        let timed_out = xfer.join("out_timed.pt");
+        let treq = json!({
+            "op": "time", "in": last_in, "out": timed_out, "outputs": outputs,
+            "warmup": self.opts.warmup, "iterations": self.opts.iterations.max(1),
+            "method": method_name, "budget_s": budget, "clones": clones,
+        });
+        let tr = match self.candidate_call(cand, &treq, deadline)? {
+            Ok(r) => r,
+            Err(o) => return Ok(o),
+        };
+        let check =
+            json!({"op": "check", "round": last_round, "path": timed_out, "tolerance": tol_json});
+        match self.judge_request(&check, deadline) {
+            Ok(r) if reply_ok(&r) => {
+                let st = r.get("status").and_then(Value::as_str).unwrap_or("");
+                if st != "PASSED" {
+                    let msg = format!(
+                        "outputs of the timed calls differ from the reference although the untimed call matched: {}",
+                        r.get("message").and_then(Value::as_str).unwrap_or(st)
+                    );
+                    let status = Status::parse(st).unwrap_or(Status::IncorrectNumerical);
+                    let mut o = Outcome::fail(status, msg);
+                    if status.has_correctness() {
+                        merge(
+                            &r,
+                            &mut max_abs,
+                            &mut max_rel,
+                            &mut min_ratio,
+                            &mut has_nan,
+                            &mut has_inf,
+                        );
+                        o.correctness = Some(correctness(
+                            max_abs, max_rel, has_nan, has_inf, min_ratio, rounds,
+                        ));
+                    }
+                    return Ok(o);
+                }
+            }
+            Ok(r) => return Ok(Outcome::fail(Status::RuntimeError, reply_message(&r))),
+            Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
+            Err(JudgeFail::Other(m)) => return Ok(Outcome::fail(Status::RuntimeError, m)),
+        }
+        let rreq = json!({
+            "op": "time_reference", "warmup": self.opts.warmup,
+            "iterations": self.opts.iterations.max(1), "method": method_name,
+            "budget_s": budget, "clones": clones,
+        });
+        let rr = match self.judge_request(&rreq, deadline) {
+            Ok(r) if reply_ok(&r) => r,
+            Ok(r) => return Ok(Outcome::fail(Status::InvalidReference, reply_message(&r))),
+            Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
+            Err(JudgeFail::Other(m)) => return Ok(Outcome::fail(Status::InvalidReference, m)),
+        };
+        let (Some(cs), Some(rs)) = (spread_of(&tr), spread_of(&rr)) else {
+            return Ok(Outcome::fail(
+                Status::RuntimeError,
+                "timing produced no samples",
+            ));
+        };
+        let iterations = tr
+            .get("times_ms")
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len) as u32;
+        let speedup = if cs.median_ms > 0.0 {
+            rs.median_ms / cs.median_ms
+        } else {
+            0.0
+        };
+        let sum_ms = |v: &Value| -> f64 {
+            v.get("times_ms")
+                .and_then(Value::as_array)
+                .map_or(0.0, |a| a.iter().filter_map(Value::as_f64).sum())
+        };
+        let mut log = format!(
+            "harness: timed iterations: candidate {:.3} s, reference {:.3} s; correctness rounds {rounds}\n",
+            sum_ms(&tr) / 1e3,
+            sum_ms(&rr) / 1e3
+        );
+        for (who, v) in [("candidate", &tr), ("reference", &rr)] {
+            if let Some(n) = v
+                .get("notes")
+                .filter(|n| n.as_object().is_some_and(|o| !o.is_empty()))
+            {
+                log.push_str(&format!("timing notes ({who}): {n}\n"));
+            }
+        }
+        Ok(Outcome {
+            status: Status::Passed,
+            log,
+            correctness: Some(correctness(
+                max_abs, max_rel, has_nan, has_inf, min_ratio, rounds,
+            )),
+            performance: Some(Performance {
+                latency_ms: cs.median_ms,
+                reference_latency_ms: rs.median_ms,
+                speedup_factor: speedup,
+                timing_method: Some(method),
+                warmup: Some(self.opts.warmup),
+                iterations: Some(iterations),
+                spread: Some(cs),
+                reference_spread: Some(rs),
+            }),
+        })
+    }
+
+    /// Stops the judge (and with it every worker of this lane).
+    pub fn shutdown(mut self) {
+        if let Some(j) = self.judge.take() {
+            j.shutdown();
+        }
+    }
+}
+
+enum JudgeFail {
+    Cancelled,
+    Other(String),
+}
+
+fn correctness(
+    max_abs: f64,
+    max_rel: f64,
+    has_nan: bool,
+    has_inf: bool,
+    ratio: f64,
+    rounds: u32,
+) -> Correctness {
+    Correctness {
+        max_relative_error: max_rel,
+        max_absolute_error: max_abs,
+        has_nan,
+        has_inf: has_inf && !has_nan,
+        extra: None,
+        min_matched_ratio: Some(ratio),
+        rounds: Some(rounds),
+    }
+}
+
+/// Keeps a trace log under the capture limit (head and tail).
+fn bounded_log(s: String) -> String {
+    const LIMIT: usize = 2 * crate::process::LOG_LIMIT;
+    if s.len() <= LIMIT {
+        return s;
+    }
+    let mut head_end = LIMIT / 2;
+    while !s.is_char_boundary(head_end) {
+        head_end -= 1;
+    }
+    format!(
+        "{}\n[... {} bytes dropped ...]\n{}",
+        &s[..head_end],
+        s.len() - LIMIT,
+        tail(&s, LIMIT / 2)
+    )
+}
+
+/// Counts per status.
+pub fn status_counts(traces: &[Trace]) -> IndexMap<String, usize> {
+    let mut m = IndexMap::new();
+    for t in traces {
+        if let Some(e) = &t.evaluation {
+            *m.entry(e.status.as_str().to_string()).or_insert(0) += 1;
+        }
+    }
+    m
+}

@@ -1,0 +1,613 @@
+//! Worker processes: spawned in their own process group, stdout/stderr drained on threads into
+//! bounded buffers, requests and replies on a private Unix socket, killed as a group
+//! (SIGTERM, grace period, SIGKILL) on timeout, cancellation and drop.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rustix::process::{Pid, Signal, kill_process_group};
+use serde_json::Value;
+
+/// Bytes of each stream kept: the head and the tail, each half of this.
+pub const LOG_LIMIT: usize = 64 * 1024;
+/// Time between SIGTERM and SIGKILL.
+pub const GRACE: Duration = Duration::from_secs(2);
+
+/// A shared flag that asks every running evaluation to stop and kill its workers.
+#[derive(Debug, Clone, Default)]
+pub struct CancelToken(Arc<AtomicBool>);
+
+impl CancelToken {
+    /// A fresh, unset token.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Wraps an existing flag (e.g. one a signal handler sets).
+    pub fn from_flag(flag: Arc<AtomicBool>) -> Self {
+        CancelToken(flag)
+    }
+    /// Asks for cancellation.
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+    /// Whether cancellation was asked for.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// A bounded capture: the first and the last `LOG_LIMIT/2` bytes, with the count dropped.
+#[derive(Debug, Default)]
+pub struct Bounded {
+    head: Vec<u8>,
+    tail: std::collections::VecDeque<u8>,
+    dropped: u64,
+}
+
+impl Bounded {
+    fn push(&mut self, data: &[u8]) {
+        let half = LOG_LIMIT / 2;
+        for &b in data {
+            if self.head.len() < half {
+                self.head.push(b);
+            } else {
+                if self.tail.len() == half {
+                    self.tail.pop_front();
+                    self.dropped += 1;
+                }
+                self.tail.push_back(b);
+            }
+        }
+    }
+    /// The captured text, with a marker where bytes were dropped.
+    pub fn text(&self) -> String {
+        let mut s = String::from_utf8_lossy(&self.head).into_owned();
+        if self.dropped > 0 {
+            s.push_str(&format!("\n[... {} bytes dropped ...]\n", self.dropped));
+        }
+        let tail: Vec<u8> = self.tail.iter().copied().collect();
+        s.push_str(&String::from_utf8_lossy(&tail));
+        s
+    }
+    /// Empties the capture.
+    pub fn clear(&mut self) {
+        self.head.clear();
+        self.tail.clear();
+        self.dropped = 0;
+    }
+}
+
+/// The last `n` bytes of a string (on a char boundary).
+pub fn tail(s: &str, n: usize) -> &str {
+    if s.len() <= n {
+        return s;
+    }
+    let mut i = s.len() - n;
+    while !s.is_char_boundary(i) {
+        i += 1;
+    }
+    &s[i..]
+}
+
+/// Output of a short-lived command run with a timeout.
+#[derive(Debug)]
+pub struct CommandOutput {
+    /// Captured stdout (bounded).
+    pub stdout: Vec<u8>,
+    /// Captured stderr (bounded).
+    pub stderr: Vec<u8>,
+    /// Human description of how it ended.
+    pub status_text: String,
+    /// Whether it exited 0.
+    pub success: bool,
+}
+
+fn drain<R: Read + Send + 'static>(mut r: R, buf: Arc<Mutex<Bounded>>) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut chunk = [0u8; 8192];
+        loop {
+            match r.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if let Ok(mut b) = buf.lock() {
+                        b.push(&chunk[..n]);
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// Describes how a process ended, naming the signal if one killed it.
+pub fn describe_exit(status: &ExitStatus) -> String {
+    if let Some(sig) = status.signal() {
+        let name = match sig {
+            4 => "SIGILL",
+            6 => "SIGABRT",
+            7 => "SIGBUS",
+            8 => "SIGFPE",
+            9 => "SIGKILL",
+            11 => "SIGSEGV",
+            15 => "SIGTERM",
+            _ => "signal",
+        };
+        format!("killed by {name} ({sig})")
+    } else {
+        format!("exited with status {}", status.code().unwrap_or(-1))
+    }
+}
+
+fn kill_group(pid: u32, child: &mut Child) {
+    let Some(p) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
+        return;
+    };
+    let _ = kill_process_group(p, Signal::TERM);
+    let deadline = Instant::now() + GRACE;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Whatever else is in the group (compilers, helpers) goes too, even if the leader exited.
+    let _ = kill_process_group(p, Signal::KILL);
+    let _ = child.wait();
+}
+
+/// Runs a command to completion in its own process group, killing the group after `timeout`.
+pub fn output_with_timeout(
+    mut cmd: Command,
+    timeout: Duration,
+) -> Result<CommandOutput, std::io::Error> {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let mut child = cmd.spawn()?;
+    let out = Arc::new(Mutex::new(Bounded::default()));
+    let err = Arc::new(Mutex::new(Bounded::default()));
+    let mut threads = Vec::new();
+    if let Some(s) = child.stdout.take() {
+        threads.push(drain(s, out.clone()));
+    }
+    if let Some(s) = child.stderr.take() {
+        threads.push(drain(s, err.clone()));
+    }
+    let deadline = Instant::now() + timeout;
+    let status_text;
+    let mut success = false;
+    loop {
+        if let Some(st) = child.try_wait()? {
+            success = st.success();
+            status_text = describe_exit(&st);
+            break;
+        }
+        if Instant::now() >= deadline {
+            kill_group(child.id(), &mut child);
+            status_text = format!("timed out after {:.0} s", timeout.as_secs_f64());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+    let text =
+        |b: &Arc<Mutex<Bounded>>| b.lock().map(|b| b.text().into_bytes()).unwrap_or_default();
+    Ok(CommandOutput {
+        stdout: text(&out),
+        stderr: text(&err),
+        status_text,
+        success,
+    })
+}
+
+/// Why a worker request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// The worker did not answer before the deadline; it has been killed.
+    #[error("timed out after {seconds:.1} s")]
+    Timeout {
+        /// Seconds waited.
+        seconds: f64,
+    },
+    /// The worker process ended (crash, signal, exit).
+    #[error("worker {how}")]
+    Died {
+        /// How it ended, e.g. `killed by SIGSEGV (11)`.
+        how: String,
+    },
+    /// Cancellation was asked for; the worker has been killed.
+    #[error("cancelled")]
+    Cancelled,
+    /// The worker could not be started or the socket failed.
+    #[error("failed to {what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The worker answered with something that is not a JSON object.
+    #[error("malformed reply from worker: {0}")]
+    Protocol(String),
+}
+
+/// How to start a worker.
+#[derive(Debug, Clone)]
+pub struct WorkerSpec {
+    /// Interpreter.
+    pub python: PathBuf,
+    /// Script to run (`-I -B SCRIPT SOCKET PARENT_PID`).
+    pub script: PathBuf,
+    /// Working directory.
+    pub cwd: PathBuf,
+    /// Extra environment variables.
+    pub env: Vec<(String, String)>,
+    /// Directory for the socket (private, short path).
+    pub socket_dir: PathBuf,
+    /// A short label used in names and logs (`judge`, `candidate`).
+    pub label: String,
+}
+
+/// A running worker process with its socket and captured output.
+#[derive(Debug)]
+pub struct Worker {
+    child: Child,
+    pid: u32,
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+    stdout: Arc<Mutex<Bounded>>,
+    stderr: Arc<Mutex<Bounded>>,
+    drains: Vec<JoinHandle<()>>,
+    socket_path: PathBuf,
+    dead: Option<String>,
+    /// When the process was started.
+    pub started: Instant,
+}
+
+impl Worker {
+    /// Starts the worker and waits (up to `connect_timeout`) for it to connect.
+    pub fn spawn(
+        spec: &WorkerSpec,
+        connect_timeout: Duration,
+        cancel: &CancelToken,
+    ) -> Result<Worker, WorkerError> {
+        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let socket_path = spec
+            .socket_dir
+            .join(format!("{}{n}.sock", &spec.label[..1]));
+        let _ = std::fs::remove_file(&socket_path);
+        let listener = UnixListener::bind(&socket_path).map_err(|source| WorkerError::Io {
+            what: format!("bind socket `{}`", socket_path.display()),
+            source,
+        })?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|source| WorkerError::Io {
+                what: "configure the socket".into(),
+                source,
+            })?;
+        let mut cmd = Command::new(&spec.python);
+        cmd.arg("-I")
+            .arg("-B")
+            .arg(&spec.script)
+            .arg(&socket_path)
+            .arg(std::process::id().to_string())
+            .current_dir(&spec.cwd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .env("PYTHONUNBUFFERED", "1")
+            .process_group(0);
+        for (k, v) in &spec.env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().map_err(|source| WorkerError::Io {
+            what: format!("start `{}`", spec.python.display()),
+            source,
+        })?;
+        let pid = child.id();
+        let stdout = Arc::new(Mutex::new(Bounded::default()));
+        let stderr = Arc::new(Mutex::new(Bounded::default()));
+        let mut drains = Vec::new();
+        if let Some(s) = child.stdout.take() {
+            drains.push(drain(s, stdout.clone()));
+        }
+        if let Some(s) = child.stderr.take() {
+            drains.push(drain(s, stderr.clone()));
+        }
+        let started = Instant::now();
+        let deadline = started + connect_timeout;
+        let stream = loop {
+            match listener.accept() {
+                Ok((s, _)) => break Ok(s),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(source) => {
+                    break Err(WorkerError::Io {
+                        what: "accept the worker's connection".into(),
+                        source,
+                    });
+                }
+            }
+            if cancel.is_cancelled() {
+                break Err(WorkerError::Cancelled);
+            }
+            if let Ok(Some(st)) = child.try_wait() {
+                break Err(WorkerError::Died {
+                    how: describe_exit(&st),
+                });
+            }
+            if Instant::now() >= deadline {
+                break Err(WorkerError::Timeout {
+                    seconds: connect_timeout.as_secs_f64(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let _ = std::fs::remove_file(&socket_path);
+        let stream = match stream {
+            Ok(s) => s,
+            Err(e) => {
+                kill_group(pid, &mut child);
+                for t in drains {
+                    let _ = t.join();
+                }
+                return Err(e);
+            }
+        };
+        let configure = |stream: UnixStream| -> std::io::Result<(UnixStream, UnixStream)> {
+            stream.set_nonblocking(false)?;
+            stream.set_read_timeout(Some(Duration::from_millis(100)))?;
+            let writer = stream.try_clone()?;
+            Ok((stream, writer))
+        };
+        let (reader, writer) = match configure(stream) {
+            Ok(p) => p,
+            Err(source) => {
+                kill_group(pid, &mut child);
+                return Err(WorkerError::Io {
+                    what: "configure the worker socket".into(),
+                    source,
+                });
+            }
+        };
+        Ok(Worker {
+            child,
+            pid,
+            reader: BufReader::new(reader),
+            writer,
+            stdout,
+            stderr,
+            drains,
+            socket_path,
+            dead: None,
+            started,
+        })
+    }
+
+    /// The process id (also the process group id).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Sends one request and waits for its reply until `deadline`.
+    ///
+    /// On timeout or cancellation the worker is killed (group SIGTERM, grace, SIGKILL); on a
+    /// crash the exit is described. Either way the worker is unusable afterwards.
+    pub fn request(
+        &mut self,
+        msg: &Value,
+        deadline: Instant,
+        cancel: &CancelToken,
+    ) -> Result<Value, WorkerError> {
+        if let Some(how) = &self.dead {
+            return Err(WorkerError::Died { how: how.clone() });
+        }
+        let mut line =
+            serde_json::to_string(msg).map_err(|e| WorkerError::Protocol(e.to_string()))?;
+        line.push('\n');
+        if let Err(source) = self.writer.write_all(line.as_bytes()) {
+            return Err(self.classify_failure(source));
+        }
+        let started = Instant::now();
+        let mut buf = Vec::new();
+        loop {
+            match self.reader.read_until(b'\n', &mut buf) {
+                Ok(0) => {
+                    return Err(self.wait_died());
+                }
+                Ok(_) if buf.ends_with(b"\n") => break,
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(source) => return Err(self.classify_failure(source)),
+            }
+            if cancel.is_cancelled() {
+                self.kill();
+                return Err(WorkerError::Cancelled);
+            }
+            if Instant::now() >= deadline {
+                self.kill();
+                self.dead = Some("killed after a timeout".into());
+                return Err(WorkerError::Timeout {
+                    seconds: started.elapsed().as_secs_f64(),
+                });
+            }
+            if let Ok(Some(st)) = self.child.try_wait() {
+                // Give the socket a moment: a reply may have been written just before exit.
+                if self.reader.buffer().is_empty() {
+                    let how = describe_exit(&st);
+                    self.finish_drains();
+                    self.dead = Some(how.clone());
+                    return Err(WorkerError::Died { how });
+                }
+            }
+        }
+        let v: Value = serde_json::from_slice(&buf).map_err(|e| {
+            WorkerError::Protocol(format!(
+                "{e}: `{}`",
+                tail(&String::from_utf8_lossy(&buf), 500)
+            ))
+        })?;
+        if !v.is_object() {
+            return Err(WorkerError::Protocol("reply is not a JSON object".into()));
+        }
+        Ok(v)
+    }
+
+    fn classify_failure(&mut self, source: std::io::Error) -> WorkerError {
+        if matches!(
+            source.kind(),
+            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+        ) {
+            return self.wait_died();
+        }
+        WorkerError::Io {
+            what: "talk to the worker".into(),
+            source,
+        }
+    }
+
+    fn wait_died(&mut self) -> WorkerError {
+        // The socket closed: the process is ending. Wait briefly for its status.
+        let deadline = Instant::now() + GRACE;
+        loop {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                let how = describe_exit(&st);
+                self.finish_drains();
+                self.dead = Some(how.clone());
+                return WorkerError::Died { how };
+            }
+            if Instant::now() >= deadline {
+                self.kill();
+                let how = "closed its socket and was killed".to_string();
+                self.dead = Some(how.clone());
+                return WorkerError::Died { how };
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn finish_drains(&mut self) {
+        // The pipes close when the whole group has exited; kill stragglers first.
+        if let Some(p) = i32::try_from(self.pid).ok().and_then(Pid::from_raw) {
+            let _ = kill_process_group(p, Signal::KILL);
+        }
+        for t in self.drains.drain(..) {
+            let _ = t.join();
+        }
+    }
+
+    /// Takes what the worker printed since the last call (stdout then stderr).
+    pub fn take_log(&self) -> String {
+        let mut s = String::new();
+        for (name, b) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
+            if let Ok(mut b) = b.lock() {
+                let t = b.text();
+                if !t.trim().is_empty() {
+                    s.push_str(&format!("--- {name} ---\n{t}"));
+                    if !t.ends_with('\n') {
+                        s.push('\n');
+                    }
+                }
+                b.clear();
+            }
+        }
+        s
+    }
+
+    /// Whether the process has been observed to end.
+    pub fn is_dead(&self) -> bool {
+        self.dead.is_some()
+    }
+
+    /// Kills the whole process group (SIGTERM, grace period, SIGKILL) and reaps it.
+    pub fn kill(&mut self) {
+        if self.dead.is_none() {
+            self.dead = Some("killed".into());
+        }
+        kill_group(self.pid, &mut self.child);
+        self.finish_drains();
+    }
+
+    /// Asks the worker to exit, then makes sure the group is gone.
+    pub fn shutdown(mut self) {
+        if self.dead.is_none() {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let _ = self.request(
+                &serde_json::json!({"op": "shutdown"}),
+                deadline,
+                &CancelToken::new(),
+            );
+        }
+        self.kill();
+    }
+
+    /// The path of the socket the worker connected to (removed once connected).
+    pub fn socket_path(&self) -> &Path {
+        &self.socket_path
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            kill_group(self.pid, &mut self.child);
+        } else if let Some(p) = i32::try_from(self.pid).ok().and_then(Pid::from_raw) {
+            let _ = kill_process_group(p, Signal::KILL);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_keeps_head_and_tail() {
+        let mut b = Bounded::default();
+        let data = vec![b'a'; LOG_LIMIT];
+        b.push(&data);
+        b.push(&vec![b'z'; 1000]);
+        let t = b.text();
+        assert!(t.starts_with("aaa"));
+        assert!(t.ends_with(&"z".repeat(1000)));
+        assert!(t.contains("1000 bytes dropped"), "{}", &t[..100]);
+    }
+
+    #[test]
+    fn timeout_kills_the_whole_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("grandchild.pid");
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(format!("sleep 60 & echo $! > {}; wait", pidfile.display()));
+        let out = output_with_timeout(cmd, Duration::from_millis(500)).unwrap();
+        assert!(out.status_text.contains("timed out"), "{}", out.status_text);
+        let pid: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // The grandchild was in the same group, so it is gone (or a zombie reaped by init).
+        std::thread::sleep(Duration::from_millis(200));
+        let alive = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| !s.contains(") Z "))
+            .unwrap_or(false);
+        assert!(!alive, "grandchild {pid} survived the group kill");
+    }
+}

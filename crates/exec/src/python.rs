@@ -1,0 +1,335 @@
+//! Finding the user's Python interpreter and probing what it can do.
+//!
+//! Order (first hit wins): `--python` ([`PythonRequest::Explicit`]), the `PYTHON_BIN`
+//! environment variable, `.venv/bin/python` in the current directory or any ancestor, then
+//! `python3` on `PATH`. A "not found" error lists every source checked.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::scripts;
+
+/// Environment variable naming the interpreter when `--python` is not given.
+pub const PYTHON_BIN_ENV: &str = "PYTHON_BIN";
+
+/// What the user asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PythonRequest {
+    /// An interpreter given on the command line.
+    Explicit(PathBuf),
+    /// Search in the documented order.
+    Auto,
+}
+
+/// Where an interpreter was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PythonSource {
+    /// `--python`.
+    CommandLine,
+    /// The `PYTHON_BIN` environment variable.
+    EnvVar,
+    /// A `.venv` in the current directory or an ancestor (the project root).
+    ProjectVenv(PathBuf),
+    /// `python3` on `PATH`.
+    SearchPath,
+}
+
+impl std::fmt::Display for PythonSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PythonSource::CommandLine => f.write_str("--python"),
+            PythonSource::EnvVar => write!(f, "${PYTHON_BIN_ENV}"),
+            PythonSource::ProjectVenv(dir) => write!(f, "virtual environment `{}`", dir.display()),
+            PythonSource::SearchPath => f.write_str("`python3` on PATH"),
+        }
+    }
+}
+
+/// A resolved interpreter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interpreter {
+    /// Path to the executable.
+    pub path: PathBuf,
+    /// Where it was found.
+    pub source: PythonSource,
+}
+
+/// What the probe found in an interpreter.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct ProbeInfo {
+    /// Python version.
+    pub python: String,
+    /// `sys.executable`.
+    pub executable: String,
+    /// torch version.
+    pub torch: String,
+    /// CUDA version torch was built with.
+    #[serde(default)]
+    pub cuda_version: Option<String>,
+    /// HIP version torch was built with.
+    #[serde(default)]
+    pub hip_version: Option<String>,
+    /// Whether torch sees a CUDA or HIP device.
+    #[serde(default)]
+    pub accelerator_available: bool,
+    /// Number of devices torch sees.
+    #[serde(default)]
+    pub device_count: u32,
+    /// Name of device 0.
+    #[serde(default)]
+    pub device_name: Option<String>,
+    /// triton version, if importable.
+    #[serde(default)]
+    pub triton: Option<String>,
+    /// numpy version, if importable.
+    #[serde(default)]
+    pub numpy: Option<String>,
+    /// safetensors version, if importable.
+    #[serde(default)]
+    pub safetensors: Option<String>,
+    /// ninja version, if importable (needed for C++/CUDA solutions).
+    #[serde(default)]
+    pub ninja: Option<String>,
+}
+
+/// Failure to find or probe an interpreter.
+#[derive(Debug, thiserror::Error)]
+pub enum PythonError {
+    /// No interpreter in any source.
+    #[error(
+        "failed to find a Python interpreter; checked: {checked}; pass `--python PATH` or set ${PYTHON_BIN_ENV}"
+    )]
+    NotFound {
+        /// Every source checked, with what was wrong with it.
+        checked: String,
+    },
+    /// The interpreter could not be started.
+    #[error("failed to start `{path}` (from {source_kind}): {error}")]
+    Spawn {
+        /// The interpreter.
+        path: PathBuf,
+        /// Where it came from.
+        source_kind: PythonSource,
+        /// OS error.
+        error: std::io::Error,
+    },
+    /// torch is not importable.
+    #[error(
+        "`{path}` (from {source_kind}, Python {python}) cannot import torch ({message}); run `cargo xtask setup` or pass `--python` naming an interpreter with torch"
+    )]
+    NoTorch {
+        /// The interpreter.
+        path: PathBuf,
+        /// Where it came from.
+        source_kind: PythonSource,
+        /// Its version.
+        python: String,
+        /// The import error.
+        message: String,
+    },
+    /// The probe exited abnormally or replied with something unreadable.
+    #[error("failed to probe `{path}`: {message}")]
+    Probe {
+        /// The interpreter.
+        path: PathBuf,
+        /// What went wrong, with the stderr tail.
+        message: String,
+    },
+}
+
+fn is_executable(p: &Path) -> bool {
+    p.is_file()
+}
+
+/// Resolves an interpreter. `cwd` is where the `.venv` search starts; `env_value` is the value
+/// of `PYTHON_BIN` (passed in so tests need not touch the process environment).
+pub fn find_python(
+    request: &PythonRequest,
+    cwd: &Path,
+    env_value: Option<&str>,
+) -> Result<Interpreter, PythonError> {
+    let mut checked = Vec::new();
+    if let PythonRequest::Explicit(p) = request {
+        if is_executable(p) {
+            return Ok(Interpreter {
+                path: p.clone(),
+                source: PythonSource::CommandLine,
+            });
+        }
+        if let Ok(found) = which::which(p) {
+            return Ok(Interpreter {
+                path: found,
+                source: PythonSource::CommandLine,
+            });
+        }
+        return Err(PythonError::NotFound {
+            checked: format!("--python `{}` (not an executable file)", p.display()),
+        });
+    }
+    match env_value.filter(|v| !v.is_empty()) {
+        Some(v) => {
+            let p = PathBuf::from(v);
+            if is_executable(&p) {
+                return Ok(Interpreter {
+                    path: p,
+                    source: PythonSource::EnvVar,
+                });
+            }
+            if let Ok(found) = which::which(&p) {
+                return Ok(Interpreter {
+                    path: found,
+                    source: PythonSource::EnvVar,
+                });
+            }
+            checked.push(format!(
+                "${PYTHON_BIN_ENV} = `{v}` (not an executable file)"
+            ));
+        }
+        None => checked.push(format!("${PYTHON_BIN_ENV} (unset)")),
+    }
+    let mut dir = Some(cwd);
+    while let Some(d) = dir {
+        let venv = d.join(".venv");
+        let py = venv.join("bin").join("python");
+        if is_executable(&py) {
+            return Ok(Interpreter {
+                path: py,
+                source: PythonSource::ProjectVenv(venv),
+            });
+        }
+        dir = d.parent();
+    }
+    checked.push(format!(
+        "`.venv/bin/python` in `{}` and its ancestors (none)",
+        cwd.display()
+    ));
+    match which::which("python3") {
+        Ok(p) => Ok(Interpreter {
+            path: p,
+            source: PythonSource::SearchPath,
+        }),
+        Err(_) => {
+            checked.push("`python3` on PATH (not found)".into());
+            Err(PythonError::NotFound {
+                checked: checked.join("; "),
+            })
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct ProbeError {
+    #[serde(default)]
+    message: String,
+    #[serde(default)]
+    python: String,
+}
+
+/// Runs the embedded probe in `interp` (`-I -B`) and reports versions and devices.
+pub fn probe(interp: &Interpreter) -> Result<ProbeInfo, PythonError> {
+    let dir = tempfile::Builder::new()
+        .prefix("kg-probe-")
+        .tempdir()
+        .map_err(|e| PythonError::Probe {
+            path: interp.path.clone(),
+            message: format!("failed to create a temp dir: {e}"),
+        })?;
+    let script = dir.path().join("probe.py");
+    std::fs::write(&script, scripts::PROBE).map_err(|e| PythonError::Probe {
+        path: interp.path.clone(),
+        message: format!("failed to write `{}`: {e}", script.display()),
+    })?;
+    let mut cmd = Command::new(&interp.path);
+    cmd.arg("-I").arg("-B").arg(&script);
+    let out =
+        crate::process::output_with_timeout(cmd, Duration::from_secs(120)).map_err(|error| {
+            PythonError::Spawn {
+                path: interp.path.clone(),
+                source_kind: interp.source.clone(),
+                error,
+            }
+        })?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'));
+    let Some(line) = line else {
+        return Err(PythonError::Probe {
+            path: interp.path.clone(),
+            message: format!(
+                "{}; no JSON reply; stderr: {}",
+                out.status_text,
+                crate::process::tail(&stderr, 2000)
+            ),
+        });
+    };
+    let v: serde_json::Value = serde_json::from_str(line).map_err(|e| PythonError::Probe {
+        path: interp.path.clone(),
+        message: format!("malformed reply `{line}`: {e}"),
+    })?;
+    if v.get("result").and_then(|r| r.as_str()) == Some("error") {
+        let e: ProbeError = serde_json::from_value(v).unwrap_or(ProbeError {
+            message: "unknown".into(),
+            python: "unknown".into(),
+        });
+        return Err(PythonError::NoTorch {
+            path: interp.path.clone(),
+            source_kind: interp.source.clone(),
+            python: e.python,
+            message: e.message,
+        });
+    }
+    serde_json::from_value(v).map_err(|e| PythonError::Probe {
+        path: interp.path.clone(),
+        message: format!("malformed reply `{line}`: {e}"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn explicit_missing_interpreter_is_named() {
+        let err = find_python(
+            &PythonRequest::Explicit(PathBuf::from("/nonexistent/python9")),
+            Path::new("/"),
+            None,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("/nonexistent/python9"), "{err}");
+    }
+
+    #[test]
+    fn project_venv_found_from_a_subdirectory() {
+        let root = tempfile::tempdir().unwrap();
+        let bin = root.path().join(".venv/bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::write(bin.join("python"), "#!/bin/sh\n").unwrap();
+        let sub = root.path().join("a/b");
+        std::fs::create_dir_all(&sub).unwrap();
+        let found = find_python(&PythonRequest::Auto, &sub, None).unwrap();
+        assert_eq!(found.path, bin.join("python"));
+        assert!(matches!(found.source, PythonSource::ProjectVenv(_)));
+    }
+
+    #[test]
+    fn env_var_wins_over_venv_and_bad_env_var_is_listed() {
+        let root = tempfile::tempdir().unwrap();
+        let bin = root.path().join(".venv/bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::write(bin.join("python"), "#!/bin/sh\n").unwrap();
+        let other = root.path().join("mypy");
+        std::fs::write(&other, "#!/bin/sh\n").unwrap();
+        let found = find_python(&PythonRequest::Auto, root.path(), other.to_str()).unwrap();
+        assert_eq!(found.source, PythonSource::EnvVar);
+        // A bad PYTHON_BIN falls through to the venv.
+        let found = find_python(&PythonRequest::Auto, root.path(), Some("/no/such/py")).unwrap();
+        assert!(matches!(found.source, PythonSource::ProjectVenv(_)));
+    }
+}
