@@ -4,6 +4,8 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod output;
+mod score_cmd;
+mod solar_cmd;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -42,6 +44,12 @@ enum Command {
         #[command(subcommand)]
         command: DatasetCommand,
     },
+    /// Speed-of-light analysis of a problem's reference.
+    #[command(subcommand)]
+    Solar(solar_cmd::SolarCommand),
+    /// SOL score and release bundles.
+    #[command(subcommand)]
+    Score(score_cmd::ScoreCommand),
 }
 
 #[derive(Subcommand)]
@@ -203,6 +211,8 @@ fn main() -> ExitCode {
         Command::Dataset {
             command: DatasetCommand::Validate(a),
         } => validate(a, &cancel),
+        Command::Solar(c) => solar_cmd::run(c).map_err(usage),
+        Command::Score(c) => score_cmd::run(c).map_err(usage),
     };
     match result {
         Ok(code) => ExitCode::from(code as u8),
