@@ -19,10 +19,10 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use indexmap::IndexMap;
 use kg_contract::{Problem, Status, Trace, exit, load_solution};
 use kg_exec::corpus::{self, SolutionSource};
+use kg_exec::device::{AcquireOptions, Acquired};
 use kg_exec::engine::{ExecError, check_languages};
 use kg_exec::{
-    CancelToken, DeviceChoice, DeviceRequest, EvalOptions, Event, PythonRequest, Session,
-    TimingChoice,
+    CancelToken, DeviceRequest, EvalOptions, Event, PythonRequest, Session, TimingChoice,
 };
 
 /// Evidence-grade kernel evaluation on SOL-ExecBench-format problems.
@@ -68,13 +68,15 @@ enum TimingArg {
 
 #[derive(Args, Clone)]
 struct EnvArgs {
-    /// auto, cpu, cuda:N or rocm:N (auto: GPU 0 if torch sees one, else CPU with a notice).
+    /// auto, cpu, cuda:N or rocm:N (auto: an idle GPU claimed through kg-gpu, else the CPU with a
+    /// notice; cuda:N/rocm:N use that device unclaimed).
     #[arg(long, default_value = "auto")]
     device: String,
     /// Python interpreter (else $PYTHON_BIN, else .venv/bin/python here or above, else python3).
     #[arg(long)]
     python: Option<PathBuf>,
-    /// Lock GPU clocks for the run; fails (exit 2): clock locking is not available in this build.
+    /// Lock the SM clock to its maximum for the run through the kg-gpu claim (with --device auto),
+    /// restored afterwards; exit 2 when clocks cannot be locked (fail closed).
     #[arg(long)]
     lock_clocks: bool,
     /// Print results as JSON on stdout instead of a table.
@@ -223,13 +225,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// Resolves Python, probes it, picks the device.
-fn prepare_env(env: &EnvArgs) -> Result<(kg_exec::Interpreter, DeviceChoice), Failure> {
-    if env.lock_clocks {
-        return Err(usage(anyhow!(
-            "--lock-clocks: clock locking is not available in this build (kg-gpu does not provide it yet); run without --lock-clocks, and traces will record `locked: false`"
-        )));
-    }
+/// Resolves Python, probes it, and acquires the device (claiming a GPU through kg-gpu for
+/// `auto`). The returned [`Acquired`] holds the claim: keep it alive for the whole run.
+fn prepare_env(env: &EnvArgs) -> Result<(kg_exec::Interpreter, Acquired), Failure> {
     let request: DeviceRequest = env.device.parse().map_err(|e: String| usage(anyhow!(e)))?;
     let py_req = match &env.python {
         Some(p) => PythonRequest::Explicit(p.clone()),
@@ -240,14 +238,39 @@ fn prepare_env(env: &EnvArgs) -> Result<(kg_exec::Interpreter, DeviceChoice), Fa
     let interp = kg_exec::find_python(&py_req, &cwd, env_py.as_deref()).map_err(usage)?;
     let info = kg_exec::probe(&interp).map_err(usage)?;
     tracing::info!(python = %interp.path.display(), torch = %info.torch, "interpreter");
-    let (choice, notice) = kg_exec::device::choose(request, &info).map_err(usage)?;
-    if let Some(n) = notice {
+    let acquire = AcquireOptions {
+        lock_clocks: env.lock_clocks,
+        command: std::env::args().collect(),
+    };
+    let acquired = kg_exec::device::acquire(request, &info, &acquire).map_err(usage)?;
+    if let Some(n) = &acquired.notice {
         eprintln!("notice: {n}");
     }
-    Ok((interp, choice))
+    if let Some(c) = &acquired.evidence {
+        eprintln!(
+            "claimed {} {} ({}), clocks {}",
+            c.name,
+            c.uuid,
+            c.pci_bus_id,
+            if c.clocks.locked {
+                "locked"
+            } else {
+                "not locked"
+            }
+        );
+    }
+    Ok((interp, acquired))
 }
 
-fn options(device: DeviceChoice, a: &EvalArgs) -> Result<EvalOptions, Failure> {
+/// Evaluation options for the acquired device, before flags.
+fn base_options(acq: &Acquired) -> EvalOptions {
+    let mut o = EvalOptions::new(acq.choice.clone());
+    o.worker_env.clone_from(&acq.worker_env);
+    o.gpu_claim.clone_from(&acq.evidence);
+    o
+}
+
+fn options(acq: &Acquired, a: &EvalArgs) -> Result<EvalOptions, Failure> {
     let secs = |name: &str, v: f64| -> Result<Duration, Failure> {
         if v.is_finite() && v > 0.0 {
             Ok(Duration::from_secs_f64(v))
@@ -257,7 +280,7 @@ fn options(device: DeviceChoice, a: &EvalArgs) -> Result<EvalOptions, Failure> {
             )))
         }
     };
-    let mut o = EvalOptions::new(device);
+    let mut o = base_options(acq);
     o.timeout = secs("timeout", a.timeout)?;
     o.compile_timeout = secs("compile-timeout", a.compile_timeout)?;
     o.warmup = a.warmup;
@@ -353,8 +376,8 @@ fn evaluate(a: EvaluateArgs, cancel: &CancelToken) -> Result<i32, Failure> {
     if workloads.is_empty() {
         return Err(usage(anyhow!("no workloads selected")));
     }
-    let (interp, device) = prepare_env(&a.env)?;
-    let opts = options(device, &a.eval)?;
+    let (interp, acquired) = prepare_env(&a.env)?;
+    let opts = options(&acquired, &a.eval)?;
     let mut session = Session::new(interp, opts, cancel.clone()).map_err(from_exec)?;
     let progress = Progress::new();
     let mut write_error: Option<kg_contract::ContractError> = None;
@@ -428,8 +451,9 @@ fn run(a: RunArgs, cancel: &CancelToken) -> Result<i32, Failure> {
             }
         }
     }
-    let (interp, device) = prepare_env(&a.env)?;
-    let opts = options(device.clone(), &a.eval)?;
+    let (interp, acquired) = prepare_env(&a.env)?;
+    let device = acquired.choice.clone();
+    let opts = options(&acquired, &a.eval)?;
     let mut session = Session::new(interp, opts, cancel.clone()).map_err(from_exec)?;
     let progress = Progress::new();
     let mut files = Vec::new();
@@ -520,7 +544,7 @@ fn validate(a: ValidateArgs, cancel: &CancelToken) -> Result<i32, Failure> {
             }),
         }
     }
-    let (interp, device) = prepare_env(&a.env)?;
+    let (interp, acquired) = prepare_env(&a.env)?;
     let timeout = if a.timeout.is_finite() && a.timeout > 0.0 {
         Duration::from_secs_f64(a.timeout)
     } else {
@@ -528,7 +552,7 @@ fn validate(a: ValidateArgs, cancel: &CancelToken) -> Result<i32, Failure> {
             "--timeout must be a positive number of seconds"
         )));
     };
-    let mut opts = EvalOptions::new(device);
+    let mut opts = base_options(&acquired);
     opts.timeout = timeout;
     let mut session = Session::new(interp, opts, cancel.clone()).map_err(from_exec)?;
     for p in &loaded {

@@ -92,7 +92,7 @@ fn analyze(a: AnalyzeArgs) -> Result<i32> {
         BackendArg::Fx => Backend::Fx,
     };
     let cwd = std::env::current_dir().context("failed to read the working directory")?;
-    let (python, _) = kg_solar::python::resolve_python(a.python.as_deref(), &cwd);
+    let python = kg_exec::find_python_env(a.python.as_deref(), &cwd)?.path;
     let problems: Vec<Problem> = problem_dirs(&a.problem_dir)?
         .iter()
         .map(|d| {

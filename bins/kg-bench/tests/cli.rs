@@ -464,7 +464,7 @@ fn lock_clocks_fails_closed() {
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
     assert!(
-        stderr(&o).contains("clock locking is not available"),
+        stderr(&o).contains("--lock-clocks needs a GPU claimed through kg-gpu"),
         "{}",
         stderr(&o)
     );

@@ -235,6 +235,10 @@ pub struct Environment {
     /// kernelgate version that wrote the trace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernelgate_version: Option<String>,
+    /// The kg-gpu claim that held the device for the run (kernelgate addition); absent when the
+    /// device was used unclaimed (CPU, or an explicit `--device cuda:N`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_claim: Option<crate::claim::GpuClaim>,
 }
 
 /// The result of one benchmark run.

@@ -1,10 +1,23 @@
-//! Which device an evaluation runs on.
+//! Which device an evaluation runs on, and the kg-gpu claim that holds it.
 //!
-//! `auto` picks CUDA/HIP device 0 when the Python probe reports one, else the CPU (with a
-//! notice). When kg-gpu can claim idle GPUs, the claim plugs in here as another way to produce
-//! a [`DeviceChoice`].
+//! [`choose`] resolves a request against what the interpreter's torch can use. [`acquire`]
+//! adds ownership: `auto` claims an idle GPU through kg-gpu (UUID-keyed L1 lock, optional clock
+//! lock) and restricts the workers to it; when no GPU can be claimed it falls back to the CPU
+//! with a notice saying why. Inside `kg-gpu claim -- kg-bench ...` the enclosing claim (named by
+//! `KG_GPU_CLAIM`) is borrowed, never re-taken. Explicit `cuda:N` / `rocm:N` use the device as
+//! named, unclaimed (the trace then carries no claim evidence).
+//!
+//! Ownership: the returned [`Acquired`] owns the [`kg_gpu::Claim`]; dropping it (on every exit
+//! path of the caller, including Ctrl-C handled as cancellation) restores clocks and releases
+//! the lock.
 
 use std::str::FromStr;
+use std::time::Duration;
+
+use kg_contract::GpuClaim;
+use kg_gpu::claim::{Claim, ClaimRequest, ClockRequest};
+use kg_gpu::error::ClaimError;
+use kg_gpu::pick::PickOptions;
 
 use crate::python::ProbeInfo;
 
@@ -79,6 +92,27 @@ impl std::fmt::Display for DeviceChoice {
 /// Why no device could be chosen.
 #[derive(Debug, thiserror::Error)]
 pub enum DeviceError {
+    /// Clock locking was asked for where no claim can hold it.
+    #[error(
+        "--lock-clocks needs a GPU claimed through kg-gpu, which `{asked}` does not give: {why}"
+    )]
+    ClocksNeedClaim {
+        /// The request.
+        asked: String,
+        /// Why no claim is possible here, and what to do.
+        why: String,
+    },
+    /// The GPU could not be claimed and the run requires a claim (clock locking).
+    #[error("failed to claim a GPU: {0}")]
+    Claim(#[from] ClaimError),
+    /// An enclosing claim's evidence file could not be read.
+    #[error("`KG_GPU_CLAIM` names `{path}`, which is not readable claim evidence: {reason}")]
+    EnclosingClaim {
+        /// The file.
+        path: String,
+        /// What went wrong.
+        reason: String,
+    },
     /// A GPU was asked for but the interpreter's torch cannot use one.
     #[error("device `{asked}` requested, but {why}; use `--device cpu` or `--device auto`")]
     Unavailable {
@@ -144,6 +178,177 @@ pub fn choose(
     }
 }
 
+/// A device acquired for a run.
+pub struct Acquired {
+    /// The device the workers use.
+    pub choice: DeviceChoice,
+    /// The claim this process holds (released and clocks restored when dropped).
+    pub claim: Option<Claim>,
+    /// Claim evidence for traces: ours, or the enclosing `kg-gpu claim`'s.
+    pub evidence: Option<GpuClaim>,
+    /// Environment the workers need (device visibility for a claimed GPU).
+    pub worker_env: Vec<(String, String)>,
+    /// A one-line notice for the user (e.g. why `auto` fell back to the CPU).
+    pub notice: Option<String>,
+}
+
+/// What [`acquire`] should do beyond choosing.
+#[derive(Debug, Clone, Default)]
+pub struct AcquireOptions {
+    /// Lock the SM clock to its maximum for the run; fail closed when that is impossible.
+    pub lock_clocks: bool,
+    /// The command line the claim is for (recorded in the lock's owner record).
+    pub command: Vec<String>,
+}
+
+/// The picker window `auto` uses: shorter than `kg-gpu pick`'s default (10 x 1 s) so that a
+/// run starts quickly, still long enough to see a busy neighbour.
+pub fn auto_pick_options() -> PickOptions {
+    PickOptions {
+        samples: 3,
+        interval: Duration::from_millis(200),
+        ..PickOptions::default()
+    }
+}
+
+/// Resolves the request and, for `auto` on a GPU machine, claims an idle GPU through kg-gpu.
+pub fn acquire(
+    req: DeviceRequest,
+    probe: &ProbeInfo,
+    opts: &AcquireOptions,
+) -> Result<Acquired, DeviceError> {
+    let enclosing = match std::env::var_os(kg_gpu::env::KG_GPU_CLAIM) {
+        Some(p) => Some(read_enclosing(std::path::Path::new(&p))?),
+        None => None,
+    };
+    acquire_with(req, probe, opts, enclosing, |r| Claim::acquire(r))
+}
+
+fn read_enclosing(path: &std::path::Path) -> Result<GpuClaim, DeviceError> {
+    let bad = |reason: String| DeviceError::EnclosingClaim {
+        path: path.display().to_string(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    serde_json::from_str(&text).map_err(|e| bad(e.to_string()))
+}
+
+/// As [`acquire`], with the enclosing claim and the claimer given (for tests and embedders).
+pub fn acquire_with(
+    req: DeviceRequest,
+    probe: &ProbeInfo,
+    opts: &AcquireOptions,
+    enclosing: Option<GpuClaim>,
+    claimer: impl FnOnce(ClaimRequest) -> Result<Claim, ClaimError>,
+) -> Result<Acquired, DeviceError> {
+    let plain = |choice: DeviceChoice, notice: Option<String>| Acquired {
+        choice,
+        claim: None,
+        evidence: None,
+        worker_env: Vec::new(),
+        notice,
+    };
+    let gpu0 = if probe.hip_version.is_some() {
+        DeviceChoice::Rocm(0)
+    } else {
+        DeviceChoice::Cuda(0)
+    };
+    match req {
+        DeviceRequest::Cpu if opts.lock_clocks => Err(DeviceError::ClocksNeedClaim {
+            asked: "cpu".into(),
+            why: "the CPU has no clocks kernelgate can lock".into(),
+        }),
+        DeviceRequest::Cuda(_) | DeviceRequest::Rocm(_) if opts.lock_clocks => {
+            Err(DeviceError::ClocksNeedClaim {
+                asked: req_name(req),
+                why: "an explicit device is used unclaimed; use `--device auto --lock-clocks`, or run under `kg-gpu claim --lock-clocks max -- kg-bench ...`".into(),
+            })
+        }
+        DeviceRequest::Cpu | DeviceRequest::Cuda(_) | DeviceRequest::Rocm(_) => {
+            let (choice, notice) = choose(req, probe)?;
+            Ok(plain(choice, notice))
+        }
+        DeviceRequest::Auto => {
+            if let Some(ev) = enclosing {
+                // Inside `kg-gpu claim`: the device is already ours and is the only one visible.
+                if opts.lock_clocks && !ev.clocks.locked {
+                    return Err(DeviceError::ClocksNeedClaim {
+                        asked: "auto".into(),
+                        why: format!(
+                            "the enclosing `kg-gpu claim` holds {} without locked clocks ({}); pass `--lock-clocks` to `kg-gpu claim` instead",
+                            ev.uuid,
+                            ev.clocks.reason.clone().unwrap_or_else(|| "not requested".into())
+                        ),
+                    });
+                }
+                let (choice, _) = choose(gpu_request(gpu0), probe)?;
+                return Ok(Acquired {
+                    choice,
+                    claim: None,
+                    evidence: Some(ev),
+                    worker_env: Vec::new(),
+                    notice: None,
+                });
+            }
+            if !(probe.accelerator_available && probe.device_count > 0) {
+                if opts.lock_clocks {
+                    return Err(DeviceError::ClocksNeedClaim {
+                        asked: "auto".into(),
+                        why: format!("torch {} sees no GPU", probe.torch),
+                    });
+                }
+                let (choice, notice) = choose(DeviceRequest::Auto, probe)?;
+                return Ok(plain(choice, notice));
+            }
+            let request = ClaimRequest {
+                pick: auto_pick_options(),
+                lock_clocks: opts.lock_clocks.then_some(ClockRequest::Max),
+                require_clock_lock: opts.lock_clocks,
+                ..ClaimRequest::from_env(opts.command.clone())?
+            };
+            match claimer(request) {
+                Ok(claim) => {
+                    let worker_env = claim.child_env();
+                    let evidence = claim.evidence().clone();
+                    // The workers see only the claimed device, as index 0.
+                    let (choice, _) = choose(gpu_request(gpu0), probe)?;
+                    Ok(Acquired {
+                        choice,
+                        claim: Some(claim),
+                        evidence: Some(evidence),
+                        worker_env,
+                        notice: None,
+                    })
+                }
+                Err(e) if opts.lock_clocks => Err(DeviceError::Claim(e)),
+                Err(e) => Ok(plain(
+                    DeviceChoice::Cpu,
+                    Some(format!(
+                        "no GPU could be claimed ({e}); running on the CPU: timings are CPU timings. Use `--device cuda:N` to run on a device unclaimed"
+                    )),
+                )),
+            }
+        }
+    }
+}
+
+fn gpu_request(c: DeviceChoice) -> DeviceRequest {
+    match c {
+        DeviceChoice::Rocm(n) => DeviceRequest::Rocm(n),
+        DeviceChoice::Cuda(n) => DeviceRequest::Cuda(n),
+        DeviceChoice::Cpu => DeviceRequest::Cpu,
+    }
+}
+
+fn req_name(r: DeviceRequest) -> String {
+    match r {
+        DeviceRequest::Auto => "auto".into(),
+        DeviceRequest::Cpu => "cpu".into(),
+        DeviceRequest::Cuda(n) => format!("cuda:{n}"),
+        DeviceRequest::Rocm(n) => format!("rocm:{n}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -191,5 +396,154 @@ mod tests {
         let err = choose(DeviceRequest::Cuda(0), &probe(false, 0)).unwrap_err();
         assert!(err.to_string().contains("--device cpu"), "{err}");
         assert!(choose(DeviceRequest::Cuda(2), &probe(true, 1)).is_err());
+    }
+
+    fn fake_claimer(
+        lock_dir: std::path::PathBuf,
+    ) -> impl FnOnce(ClaimRequest) -> Result<Claim, ClaimError> {
+        move |mut req: ClaimRequest| {
+            let scenario = serde_json::json!({"devices": [{
+                "uuid": "GPU-fake-0", "pci_bus_id": "0000:01:00.0", "runtime_index": 0,
+                "samples": [{"activity_pct": 0.0, "memory_used_bytes": 0,
+                             "memory_free_bytes": 100u64 << 30}],
+            }]});
+            let backend =
+                kg_gpu::fake::FakeBackend::new(serde_json::from_value(scenario).unwrap()).unwrap();
+            req.lock_dir = lock_dir;
+            req.pick.interval = Duration::ZERO;
+            Claim::acquire_with(kg_gpu::Discovery::from_backends(vec![Box::new(backend)]), req)
+        }
+    }
+
+    #[test]
+    fn auto_claims_an_idle_gpu_and_restricts_workers_to_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = acquire_with(
+            DeviceRequest::Auto,
+            &probe(true, 1),
+            &AcquireOptions::default(),
+            None,
+            fake_claimer(dir.path().to_path_buf()),
+        )
+        .unwrap();
+        assert_eq!(a.choice, DeviceChoice::Cuda(0));
+        assert!(a.claim.is_some());
+        assert_eq!(a.evidence.as_ref().unwrap().uuid, "GPU-fake-0");
+        assert!(
+            a.worker_env
+                .iter()
+                .any(|(k, v)| k == "CUDA_VISIBLE_DEVICES" && v == "GPU-fake-0"),
+            "{:?}",
+            a.worker_env
+        );
+        // A second run while the first holds the claim cannot take the device: it falls back to
+        // the CPU and says why.
+        let b = acquire_with(
+            DeviceRequest::Auto,
+            &probe(true, 1),
+            &AcquireOptions::default(),
+            None,
+            fake_claimer(dir.path().to_path_buf()),
+        )
+        .unwrap();
+        assert_eq!(b.choice, DeviceChoice::Cpu);
+        assert!(b.notice.unwrap().contains("no GPU could be claimed"));
+        // With --lock-clocks the same refusal is an error (fail closed), not a CPU fallback.
+        let c = acquire_with(
+            DeviceRequest::Auto,
+            &probe(true, 1),
+            &AcquireOptions {
+                lock_clocks: true,
+                command: vec![],
+            },
+            None,
+            fake_claimer(dir.path().to_path_buf()),
+        );
+        assert!(matches!(c, Err(DeviceError::Claim(_))));
+        drop(a);
+        // Released on drop: the device can be claimed again.
+        let d = acquire_with(
+            DeviceRequest::Auto,
+            &probe(true, 1),
+            &AcquireOptions::default(),
+            None,
+            fake_claimer(dir.path().to_path_buf()),
+        )
+        .unwrap();
+        assert_eq!(d.choice, DeviceChoice::Cuda(0));
+    }
+
+    #[test]
+    fn lock_clocks_without_a_claim_fails_closed() {
+        let never = |_: ClaimRequest| -> Result<Claim, ClaimError> {
+            Err(ClaimError::NoGpu("must not be called".into()))
+        };
+        for req in [DeviceRequest::Cpu, DeviceRequest::Cuda(0)] {
+            let e = acquire_with(
+                req,
+                &probe(true, 1),
+                &AcquireOptions {
+                    lock_clocks: true,
+                    command: vec![],
+                },
+                None,
+                never,
+            );
+            assert!(matches!(e, Err(DeviceError::ClocksNeedClaim { .. })));
+        }
+        let e = acquire_with(
+            DeviceRequest::Auto,
+            &probe(false, 0),
+            &AcquireOptions {
+                lock_clocks: true,
+                command: vec![],
+            },
+            None,
+            never,
+        );
+        assert!(matches!(e, Err(DeviceError::ClocksNeedClaim { .. })), "{:?}", e.err());
+    }
+
+    #[test]
+    fn an_enclosing_claim_is_borrowed_not_retaken() {
+        // Evidence as an enclosing `kg-gpu claim` would have written it.
+        let dir = tempfile::tempdir().unwrap();
+        let outer = acquire_with(
+            DeviceRequest::Auto,
+            &probe(true, 1),
+            &AcquireOptions::default(),
+            None,
+            fake_claimer(dir.path().to_path_buf()),
+        )
+        .unwrap();
+        let ev = outer.evidence.clone().unwrap();
+        let called = std::cell::Cell::new(false);
+        let a = acquire_with(
+            DeviceRequest::Auto,
+            &probe(true, 1),
+            &AcquireOptions::default(),
+            Some(ev.clone()),
+            |_| {
+                called.set(true);
+                Err(ClaimError::NoGpu("x".into()))
+            },
+        )
+        .unwrap();
+        assert!(!called.get());
+        assert_eq!(a.choice, DeviceChoice::Cuda(0));
+        assert_eq!(a.evidence.unwrap().uuid, "GPU-fake-0");
+        assert!(a.claim.is_none());
+        // The outer claim did not lock clocks, so --lock-clocks cannot be honoured here.
+        let e = acquire_with(
+            DeviceRequest::Auto,
+            &probe(true, 1),
+            &AcquireOptions {
+                lock_clocks: true,
+                command: vec![],
+            },
+            Some(ev),
+            |_| Err(ClaimError::NoGpu("x".into())),
+        );
+        assert!(matches!(e, Err(DeviceError::ClocksNeedClaim { .. })));
     }
 }

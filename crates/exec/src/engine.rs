@@ -52,6 +52,10 @@ pub struct EvalOptions {
     pub cpu_time_budget: Option<Duration>,
     /// Where C++/CUDA builds are cached.
     pub cache_dir: PathBuf,
+    /// Extra environment for every worker (device visibility of a kg-gpu claim).
+    pub worker_env: Vec<(String, String)>,
+    /// The claim holding the device, recorded in every trace's environment.
+    pub gpu_claim: Option<kg_contract::GpuClaim>,
 }
 
 impl EvalOptions {
@@ -68,6 +72,8 @@ impl EvalOptions {
             timing: TimingChoice::Default,
             cpu_time_budget: Some(Duration::from_millis(500)),
             cache_dir: default_cache_dir(),
+            worker_env: Vec::new(),
+            gpu_claim: None,
         }
     }
 
@@ -330,7 +336,7 @@ impl Session {
     }
 
     fn worker_env(&self) -> Vec<(String, String)> {
-        let mut env = vec![];
+        let mut env = self.opts.worker_env.clone();
         if self.opts.device.is_cpu() {
             env.push(("TRITON_INTERPRET".to_string(), "1".to_string()));
         }
@@ -450,6 +456,13 @@ impl Session {
             {
                 env.clocks = Some(c);
             }
+        }
+        if let Some(claim) = &self.opts.gpu_claim {
+            // The claim, not the worker, knows whether clocks were locked for the run.
+            let clocks = env.clocks.get_or_insert_with(ClockState::default);
+            clocks.locked = claim.clocks.locked;
+            clocks.reason.clone_from(&claim.clocks.reason);
+            env.gpu_claim = Some(claim.clone());
         }
         env
     }
