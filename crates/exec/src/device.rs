@@ -221,7 +221,7 @@ pub fn acquire(
         Some(p) => Some(read_enclosing(std::path::Path::new(&p))?),
         None => None,
     };
-    acquire_with(req, probe, opts, enclosing, |r| Claim::acquire(r))
+    acquire_with(req, probe, opts, enclosing, Claim::acquire)
 }
 
 fn read_enclosing(path: &std::path::Path) -> Result<GpuClaim, DeviceError> {
