@@ -6,6 +6,7 @@
 //! - `schemas [--check]`: write (or check) `docs/schemas/*.json` from kg-contract.
 //! - `device-bundle DIR`: release binaries copied into DIR, for carrying to a GPU machine.
 //! - `release ...`: a scored, hash-bound release bundle of a corpus (see `release.rs`).
+//! - `redteam [--device cpu|cuda:N]`: the adversarial corpus against kg-bench (see `redteam.rs`).
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -15,6 +16,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
+mod redteam;
 mod release;
 
 const USAGE: &str =
@@ -49,6 +51,7 @@ fn run() -> Result<()> {
             device_bundle(&root, Path::new(dir))
         }
         Some("release") => release::release(&root, &args[1..]),
+        Some("redteam") => redteam::redteam(&root, &args[1..]),
         _ => bail!("{USAGE}"),
     }
 }
