@@ -168,7 +168,7 @@ pub fn release(root: &Path, args: &[String]) -> Result<()> {
         .collect::<Result<_>>()?;
     // 2. solar analyze every workload (one interpreter start).
     let hw = kg_solar::hardware::load(&o.hardware)?;
-    let (python, _) = kg_solar::python::resolve_python(o.python.as_deref(), root);
+    let python = kg_exec::find_python_env(o.python.as_deref(), root)?.path;
     let items: Vec<(&Problem, usize, Backend)> = problems
         .iter()
         .flat_map(|p| (0..p.workloads.len()).map(move |i| (p, i, o.backend)))

@@ -21,9 +21,7 @@ use kg_contract::{Problem, Status, Trace, exit, load_solution};
 use kg_exec::corpus::{self, SolutionSource};
 use kg_exec::device::{AcquireOptions, Acquired};
 use kg_exec::engine::{ExecError, check_languages};
-use kg_exec::{
-    CancelToken, DeviceRequest, EvalOptions, Event, PythonRequest, Session, TimingChoice,
-};
+use kg_exec::{CancelToken, DeviceRequest, EvalOptions, Event, Session, TimingChoice};
 
 /// Evidence-grade kernel evaluation on SOL-ExecBench-format problems.
 #[derive(Parser)]
@@ -229,13 +227,8 @@ fn main() -> ExitCode {
 /// `auto`). The returned [`Acquired`] holds the claim: keep it alive for the whole run.
 fn prepare_env(env: &EnvArgs) -> Result<(kg_exec::Interpreter, Acquired), Failure> {
     let request: DeviceRequest = env.device.parse().map_err(|e: String| usage(anyhow!(e)))?;
-    let py_req = match &env.python {
-        Some(p) => PythonRequest::Explicit(p.clone()),
-        None => PythonRequest::Auto,
-    };
     let cwd = std::env::current_dir().map_err(usage)?;
-    let env_py = std::env::var(kg_exec::python::PYTHON_BIN_ENV).ok();
-    let interp = kg_exec::find_python(&py_req, &cwd, env_py.as_deref()).map_err(usage)?;
+    let interp = kg_exec::find_python_env(env.python.as_deref(), &cwd).map_err(usage)?;
     let info = kg_exec::probe(&interp).map_err(usage)?;
     tracing::info!(python = %interp.path.display(), torch = %info.torch, "interpreter");
     let acquire = AcquireOptions {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use kg_contract::exit;
 use kg_heldout::generate::{self, Backend};
-use kg_heldout::{agent, eval, python, task};
+use kg_heldout::{agent, eval, task};
 
 /// Does an optimised kernel still work, and stay fast, on shapes it never saw?
 #[derive(Parser)]
@@ -207,11 +207,7 @@ fn run_generate(a: GenerateArgs) -> anyhow::Result<i32> {
 
 fn run_eval(a: EvalArgs) -> anyhow::Result<i32> {
     let cwd = std::env::current_dir()?;
-    let py = python::resolve(
-        a.python.as_deref(),
-        std::env::var("PYTHON_BIN").ok().as_deref(),
-        &cwd,
-    )?;
+    let py = kg_exec::find_python_env(a.python.as_deref(), &cwd)?;
     let outcome = eval::evaluate(&eval::EvalOptions {
         run_dir: a.run_dir,
         heldout_dir: a.heldout_dir,

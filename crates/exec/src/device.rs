@@ -411,7 +411,10 @@ mod tests {
                 kg_gpu::fake::FakeBackend::new(serde_json::from_value(scenario).unwrap()).unwrap();
             req.lock_dir = lock_dir;
             req.pick.interval = Duration::ZERO;
-            Claim::acquire_with(kg_gpu::Discovery::from_backends(vec![Box::new(backend)]), req)
+            Claim::acquire_with(
+                kg_gpu::Discovery::from_backends(vec![Box::new(backend)]),
+                req,
+            )
         }
     }
 
@@ -501,7 +504,11 @@ mod tests {
             None,
             never,
         );
-        assert!(matches!(e, Err(DeviceError::ClocksNeedClaim { .. })), "{:?}", e.err());
+        assert!(
+            matches!(e, Err(DeviceError::ClocksNeedClaim { .. })),
+            "{:?}",
+            e.err()
+        );
     }
 
     #[test]

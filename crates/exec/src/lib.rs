@@ -38,6 +38,7 @@
 pub mod corpus;
 pub mod device;
 pub mod engine;
+pub mod integrity;
 pub mod process;
 pub mod python;
 pub mod scripts;
@@ -45,4 +46,6 @@ pub mod scripts;
 pub use device::{DeviceChoice, DeviceRequest};
 pub use engine::{EvalOptions, Event, ExecError, Session, TimingChoice};
 pub use process::CancelToken;
-pub use python::{Interpreter, ProbeInfo, PythonRequest, find_python, probe};
+pub use python::{
+    Interpreter, ProbeInfo, PythonRequest, find_python, find_python_env, find_python_in, probe,
+};

@@ -1,5 +1,6 @@
 //! Finding the user's Python interpreter and probing what it can do.
 //!
+//! This is the one place every kernelgate binary and library resolves its interpreter.
 //! Order (first hit wins): `--python` ([`PythonRequest::Explicit`]), the `PYTHON_BIN`
 //! environment variable, `.venv/bin/python` in the current directory or any ancestor, then
 //! `python3` on `PATH`. A "not found" error lists every source checked.
@@ -22,6 +23,16 @@ pub enum PythonRequest {
     Explicit(PathBuf),
     /// Search in the documented order.
     Auto,
+}
+
+impl PythonRequest {
+    /// `Explicit` for a given `--python`, else `Auto`.
+    pub fn from_flag(flag: Option<&Path>) -> PythonRequest {
+        match flag {
+            Some(p) => PythonRequest::Explicit(p.to_path_buf()),
+            None => PythonRequest::Auto,
+        }
+    }
 }
 
 /// Where an interpreter was found.
@@ -100,7 +111,7 @@ pub struct ProbeInfo {
 pub enum PythonError {
     /// No interpreter in any source.
     #[error(
-        "failed to find a Python interpreter; checked: {checked}; pass `--python PATH` or set ${PYTHON_BIN_ENV}"
+        "failed to find a Python interpreter; checked: {checked}; pass `--python PATH`, set ${PYTHON_BIN_ENV}, or create `.venv` (`cargo xtask setup` in a kernelgate checkout)"
     )]
     NotFound {
         /// Every source checked, with what was wrong with it.
@@ -151,6 +162,23 @@ pub fn find_python(
     cwd: &Path,
     env_value: Option<&str>,
 ) -> Result<Interpreter, PythonError> {
+    find_python_in(request, &[cwd], env_value)
+}
+
+/// [`find_python`] reading `PYTHON_BIN` from the process environment: what a binary calls with
+/// its `--python` flag and the current directory.
+pub fn find_python_env(flag: Option<&Path>, cwd: &Path) -> Result<Interpreter, PythonError> {
+    let env_value = std::env::var(PYTHON_BIN_ENV).ok();
+    find_python(&PythonRequest::from_flag(flag), cwd, env_value.as_deref())
+}
+
+/// [`find_python`] with several `.venv` search starts, tried in order (each with its
+/// ancestors), e.g. the repository under test, then the current directory.
+pub fn find_python_in(
+    request: &PythonRequest,
+    venv_roots: &[&Path],
+    env_value: Option<&str>,
+) -> Result<Interpreter, PythonError> {
     let mut checked = Vec::new();
     if let PythonRequest::Explicit(p) = request {
         if is_executable(p) {
@@ -190,21 +218,26 @@ pub fn find_python(
         }
         None => checked.push(format!("${PYTHON_BIN_ENV} (unset)")),
     }
-    let mut dir = Some(cwd);
-    while let Some(d) = dir {
-        let venv = d.join(".venv");
-        let py = venv.join("bin").join("python");
-        if is_executable(&py) {
-            return Ok(Interpreter {
-                path: py,
-                source: PythonSource::ProjectVenv(venv),
-            });
+    for root in venv_roots {
+        for d in root.ancestors() {
+            let venv = d.join(".venv");
+            let py = venv.join("bin").join("python");
+            if is_executable(&py) {
+                return Ok(Interpreter {
+                    path: py,
+                    source: PythonSource::ProjectVenv(venv),
+                });
+            }
         }
-        dir = d.parent();
     }
+    let roots: Vec<String> = venv_roots
+        .iter()
+        .map(|r| format!("`{}`", r.display()))
+        .collect();
+    let whose = if roots.len() == 1 { "its" } else { "their" };
     checked.push(format!(
-        "`.venv/bin/python` in `{}` and its ancestors (none)",
-        cwd.display()
+        "`.venv/bin/python` in {} and {whose} ancestors (none)",
+        roots.join(", ")
     ));
     match which::which("python3") {
         Ok(p) => Ok(Interpreter {
@@ -331,5 +364,93 @@ mod tests {
         // A bad PYTHON_BIN falls through to the venv.
         let found = find_python(&PythonRequest::Auto, root.path(), Some("/no/such/py")).unwrap();
         assert!(matches!(found.source, PythonSource::ProjectVenv(_)));
+    }
+
+    fn fake_venv(root: &Path) -> PathBuf {
+        let bin = root.join(".venv/bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::write(bin.join("python"), "#!/bin/sh\n").unwrap();
+        bin.join("python")
+    }
+
+    #[test]
+    fn order_is_explicit_then_env_then_venv_then_python3() {
+        let root = tempfile::tempdir().unwrap();
+        let venv_py = fake_venv(root.path());
+        let sub = root.path().join("a/b");
+        std::fs::create_dir_all(&sub).unwrap();
+        let flag = root.path().join("flag-python");
+        let env = root.path().join("env-python");
+        std::fs::write(&flag, "").unwrap();
+        std::fs::write(&env, "").unwrap();
+        let explicit = PythonRequest::from_flag(Some(&flag));
+        let found = find_python(&explicit, &sub, env.to_str()).unwrap();
+        assert_eq!(
+            (found.path, found.source),
+            (flag, PythonSource::CommandLine)
+        );
+        let auto = PythonRequest::from_flag(None);
+        assert_eq!(auto, PythonRequest::Auto);
+        let found = find_python(&auto, &sub, env.to_str()).unwrap();
+        assert_eq!((found.path, found.source), (env, PythonSource::EnvVar));
+        // An empty PYTHON_BIN counts as unset.
+        let found = find_python(&auto, &sub, Some("")).unwrap();
+        assert_eq!(found.path, venv_py);
+        assert_eq!(
+            found.source,
+            PythonSource::ProjectVenv(root.path().join(".venv"))
+        );
+        // No venv anywhere above: `python3` on PATH, or an error listing every source.
+        let bare = tempfile::tempdir().unwrap();
+        match find_python(&auto, bare.path(), None) {
+            Ok(found) => {
+                assert_eq!(found.source, PythonSource::SearchPath);
+                assert_eq!(found.path.file_name().unwrap(), "python3");
+            }
+            Err(PythonError::NotFound { checked }) => {
+                for want in [
+                    "$PYTHON_BIN (unset)",
+                    ".venv/bin/python",
+                    "`python3` on PATH",
+                ] {
+                    assert!(checked.contains(want), "{checked}");
+                }
+            }
+            Err(e) => panic!("unexpected error: {e}"),
+        }
+    }
+
+    #[test]
+    fn venv_roots_are_tried_in_order() {
+        let repo = tempfile::tempdir().unwrap();
+        let cwd = tempfile::tempdir().unwrap();
+        let cwd_py = fake_venv(cwd.path());
+        let auto = PythonRequest::Auto;
+        let found = find_python_in(&auto, &[repo.path(), cwd.path()], None).unwrap();
+        assert_eq!(
+            found.path, cwd_py,
+            "the second root is used when the first has none"
+        );
+        let repo_py = fake_venv(repo.path());
+        let found = find_python_in(&auto, &[repo.path(), cwd.path()], None).unwrap();
+        assert_eq!(found.path, repo_py, "the first root wins");
+    }
+
+    #[test]
+    fn not_found_names_what_was_checked_and_the_fix() {
+        let err = find_python(
+            &PythonRequest::Explicit(PathBuf::from("/nonexistent/python9")),
+            Path::new("/"),
+            Some("/also/missing"),
+        )
+        .unwrap_err()
+        .to_string();
+        for want in [
+            "--python `/nonexistent/python9`",
+            "$PYTHON_BIN",
+            "cargo xtask setup",
+        ] {
+            assert!(err.contains(want), "{err}");
+        }
     }
 }

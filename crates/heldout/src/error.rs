@@ -55,14 +55,6 @@ pub enum HeldoutError {
         /// Why.
         reason: String,
     },
-    /// No Python interpreter was found.
-    #[error(
-        "failed to find a Python interpreter; checked: {checked} (pass `--python PATH` or set `PYTHON_BIN`)"
-    )]
-    PythonNotFound {
-        /// Every source that was checked, in order.
-        checked: String,
-    },
     /// An agent CLI is not installed.
     #[error(
         "the `{backend}` backend needs the `{program}` CLI on PATH, and it is not installed (install it, or use `--backend rules`)"

@@ -12,7 +12,7 @@
 //! - [`eval`]: the `RUN_heldout/` flow — `orig/` and `opt/` per task, injections, the task's
 //!   commands through [`runner`], [`perf`] report parsing and case matching, statuses and
 //!   [`summary`] (AKA's fields plus speedup retention and a Wilson interval).
-//! - [`python`]: which interpreter runs `python`/`pytest` commands.
+//! - [`python`]: routes `python`/`pytest` task commands through the chosen interpreter.
 //!
 //! Ownership: evaluation only reads the run directory and the tasks directory; everything it
 //! writes is under the sibling output directory, which it owns. Each task command runs in its

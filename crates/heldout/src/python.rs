@@ -1,78 +1,7 @@
-//! Which Python interpreter runs task commands: `--python`, else `PYTHON_BIN`, else
-//! `.venv/bin/python` in the current directory or an ancestor, else `python3` on PATH.
+//! Running task commands through the chosen interpreter. The interpreter itself is resolved by
+//! `kg_exec::python` (`--python`, else `PYTHON_BIN`, else `.venv/bin/python`, else `python3`).
 
-use std::path::{Path, PathBuf};
-
-use crate::error::HeldoutError;
-
-/// Where the interpreter came from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PythonSource {
-    /// `--python`.
-    Flag,
-    /// The `PYTHON_BIN` environment variable.
-    EnvVar,
-    /// A `.venv` found from the current directory upwards.
-    Venv(PathBuf),
-    /// `python3` on PATH.
-    SearchPath,
-}
-
-/// A resolved interpreter.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Python {
-    /// The executable.
-    pub path: PathBuf,
-    /// How it was found.
-    pub source: PythonSource,
-}
-
-/// Resolves the interpreter. `env_value` is `PYTHON_BIN`; `cwd` starts the `.venv` search.
-pub fn resolve(
-    flag: Option<&Path>,
-    env_value: Option<&str>,
-    cwd: &Path,
-) -> Result<Python, HeldoutError> {
-    let mut checked = Vec::new();
-    if let Some(p) = flag {
-        return Ok(Python {
-            path: p.to_path_buf(),
-            source: PythonSource::Flag,
-        });
-    }
-    checked.push("--python (not given)".to_string());
-    match env_value.filter(|v| !v.is_empty()) {
-        Some(v) => {
-            return Ok(Python {
-                path: PathBuf::from(v),
-                source: PythonSource::EnvVar,
-            });
-        }
-        None => checked.push("PYTHON_BIN (unset)".into()),
-    }
-    for dir in cwd.ancestors() {
-        let cand = dir.join(".venv/bin/python");
-        if cand.is_file() {
-            return Ok(Python {
-                path: cand,
-                source: PythonSource::Venv(dir.to_path_buf()),
-            });
-        }
-    }
-    checked.push(format!("{}/**/.venv/bin/python (none)", cwd.display()));
-    match which::which("python3") {
-        Ok(p) => Ok(Python {
-            path: p,
-            source: PythonSource::SearchPath,
-        }),
-        Err(_) => {
-            checked.push("python3 on PATH (not found)".into());
-            Err(HeldoutError::PythonNotFound {
-                checked: checked.join(", "),
-            })
-        }
-    }
-}
+use std::path::Path;
 
 /// Routes a task command's leading `python3`/`python`/`pytest` through the interpreter, as
 /// AgentKernelArena's runner does.
@@ -107,26 +36,6 @@ pub fn shell_quote(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn order_is_flag_env_venv_path() {
-        let dir = tempfile::tempdir().unwrap();
-        let venv = dir.path().join(".venv/bin");
-        std::fs::create_dir_all(&venv).unwrap();
-        std::fs::write(venv.join("python"), "").unwrap();
-        let deep = dir.path().join("a/b");
-        std::fs::create_dir_all(&deep).unwrap();
-        let r = resolve(Some(Path::new("/x/py")), Some("/y/py"), &deep).unwrap();
-        assert_eq!(r.source, PythonSource::Flag);
-        let r = resolve(None, Some("/y/py"), &deep).unwrap();
-        assert_eq!(
-            (r.path, r.source),
-            (PathBuf::from("/y/py"), PythonSource::EnvVar)
-        );
-        let r = resolve(None, None, &deep).unwrap();
-        assert_eq!(r.path, venv.join("python"));
-        assert!(matches!(r.source, PythonSource::Venv(_)));
-    }
 
     #[test]
     fn commands_are_normalized_like_aka() {

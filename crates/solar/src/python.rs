@@ -1,7 +1,8 @@
-//! Running the embedded extraction script in the user's Python interpreter.
+//! Running the embedded extraction script in the user's Python interpreter (resolved by the
+//! caller through `kg_exec::python`).
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use serde::{Deserialize, Serialize};
@@ -10,37 +11,6 @@ use crate::SolarError;
 
 /// The extraction script, embedded so an installed binary needs no checkout.
 pub const EXTRACT_PY: &str = include_str!("../py/extract.py");
-
-/// Where the interpreter came from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PythonSource {
-    /// `--python`.
-    Flag,
-    /// The `PYTHON_BIN` environment variable.
-    Env,
-    /// `.venv/bin/python` in the working directory or an ancestor.
-    Venv,
-    /// `python3` on `PATH`.
-    Path,
-}
-
-/// Resolves the interpreter: `--python`, else `PYTHON_BIN`, else `.venv/bin/python` in `cwd`
-/// or an ancestor, else `python3`.
-pub fn resolve_python(explicit: Option<&Path>, cwd: &Path) -> (PathBuf, PythonSource) {
-    if let Some(p) = explicit {
-        return (p.to_path_buf(), PythonSource::Flag);
-    }
-    if let Some(p) = std::env::var_os("PYTHON_BIN").filter(|p| !p.is_empty()) {
-        return (PathBuf::from(p), PythonSource::Env);
-    }
-    for dir in cwd.ancestors() {
-        let p = dir.join(".venv/bin/python");
-        if p.is_file() {
-            return (p, PythonSource::Venv);
-        }
-    }
-    (PathBuf::from("python3"), PythonSource::Path)
-}
 
 /// One input of a trace request.
 #[derive(Debug, Clone, Serialize)]
@@ -210,25 +180,4 @@ pub fn trace_all(
         outcomes.push(TraceOutcome::Graph(g));
     }
     Ok(outcomes)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn explicit_flag_wins_then_venv_in_an_ancestor() {
-        let (p, s) = resolve_python(Some(Path::new("/x/python")), Path::new("/"));
-        assert_eq!((p, s), (PathBuf::from("/x/python"), PythonSource::Flag));
-        if std::env::var_os("PYTHON_BIN").is_none() {
-            let dir = tempfile::tempdir().unwrap();
-            std::fs::create_dir_all(dir.path().join(".venv/bin")).unwrap();
-            std::fs::write(dir.path().join(".venv/bin/python"), "").unwrap();
-            let deep = dir.path().join("a/b");
-            std::fs::create_dir_all(&deep).unwrap();
-            let (p, s) = resolve_python(None, &deep);
-            assert_eq!(s, PythonSource::Venv);
-            assert_eq!(p, dir.path().join(".venv/bin/python"));
-        }
-    }
 }

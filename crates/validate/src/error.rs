@@ -33,14 +33,9 @@ pub enum ValidateError {
         /// The OS error.
         source: std::io::Error,
     },
-    /// No Python interpreter could be found.
-    #[error(
-        "failed to find a Python interpreter; checked: {checked}; pass `--python PATH` or set PYTHON_BIN"
-    )]
-    NoPython {
-        /// Every source checked.
-        checked: String,
-    },
+    /// No Python interpreter could be found (the message lists every source checked).
+    #[error(transparent)]
+    NoPython(#[from] kg_exec::python::PythonError),
     /// SIGINT or SIGTERM arrived; the worktree was restored before this was returned.
     #[error("interrupted by a signal; the worktree was restored and the GPU released")]
     Interrupted,

@@ -334,54 +334,20 @@ impl Options {
     }
 }
 
-/// Resolves the interpreter: `--python`, `PYTHON_BIN`, `.venv/bin/python` in the repository or
-/// the current directory (or an ancestor), then `python3` on `PATH`.
+/// Resolves the interpreter through [`kg_exec::python`]: `--python`, `PYTHON_BIN`,
+/// `.venv/bin/python` in the repository (or an ancestor), then in the current directory (or an
+/// ancestor), then `python3` on `PATH`.
 pub fn resolve_python(
     explicit: Option<&Path>,
     python_bin: Option<&Path>,
     repo: &Path,
 ) -> Result<PathBuf, ValidateError> {
-    let mut checked = Vec::new();
-    for (what, p) in [("--python", explicit), ("PYTHON_BIN", python_bin)] {
-        if let Some(p) = p {
-            if p.is_file() {
-                return Ok(p.to_path_buf());
-            }
-            if let Some(found) = on_path(p) {
-                return Ok(found);
-            }
-            checked.push(format!("{what} `{}` (not found)", p.display()));
-        }
-    }
-    let mut roots = vec![repo.to_path_buf()];
-    if let Ok(cwd) = std::env::current_dir() {
-        roots.extend(cwd.ancestors().map(Path::to_path_buf));
-    }
-    for root in roots {
-        let p = root.join(".venv/bin/python");
-        if p.is_file() {
-            return Ok(p);
-        }
-    }
-    checked
-        .push("`.venv/bin/python` in the repository and the current directory's ancestors".into());
-    if let Some(p) = on_path(Path::new("python3")) {
-        return Ok(p);
-    }
-    checked.push("`python3` on PATH".into());
-    Err(ValidateError::NoPython {
-        checked: checked.join(", "),
-    })
-}
-
-fn on_path(name: &Path) -> Option<PathBuf> {
-    if name.components().count() > 1 {
-        return None;
-    }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
+    let request = kg_exec::PythonRequest::from_flag(explicit);
+    let env_value = python_bin.map(|p| p.to_string_lossy());
+    let cwd = std::env::current_dir().ok();
+    let mut roots = vec![repo];
+    roots.extend(cwd.as_deref());
+    Ok(kg_exec::find_python_in(&request, &roots, env_value.as_deref())?.path)
 }
 
 #[cfg(test)]
@@ -432,5 +398,21 @@ mod tests {
         let t = parse_tol_table("f32=1e-5,bf16=1e-2").unwrap();
         assert_eq!(t[0], ("float32".to_string(), 1e-5));
         assert!(parse_tol_table("f32:1").is_err());
+    }
+
+    #[test]
+    fn python_comes_from_the_repository_venv_before_the_current_directory() {
+        let repo = tempfile::tempdir().unwrap();
+        let bin = repo.path().join(".venv/bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::write(bin.join("python"), "").unwrap();
+        assert_eq!(
+            resolve_python(None, None, repo.path()).unwrap(),
+            bin.join("python")
+        );
+        let err = resolve_python(Some(Path::new("/no/such/python")), None, repo.path())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--python `/no/such/python`"), "{err}");
     }
 }
