@@ -110,6 +110,76 @@ fn build_run(root: &Path) -> PathBuf {
     run
 }
 
+/// `(shape, ms)` per case from a KgRmsNorm perf log line
+/// `case i {'input_0_shape': [..]}: torch X ms, kernel Y ms (cpu_wall)`; `kernel` picks Y over X.
+fn logged_times(log: &str, kernel: bool) -> Vec<(String, f64)> {
+    log.lines()
+        .filter(|l| l.starts_with("case ") && l.ends_with("(cpu_wall)"))
+        .map(|l| {
+            let (shape, rest) = l.split_once("]}: torch ").unwrap();
+            let (torch, rest) = rest.split_once(" ms, kernel ").unwrap();
+            let t = if kernel {
+                rest.split_once(" ms").unwrap().0
+            } else {
+                torch
+            };
+            (
+                shape.split_once(": [").unwrap().1.to_string(),
+                t.parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// torch2hip (AKA's flow): the original side is the PyTorch module timed by the performance
+/// command with `--baseline_only` in opt/; the agent's kernel is deleted from orig/; the
+/// speedup is baseline `ori_time` over optimised `opt_time`, matched case by case.
+fn check_torch2hip(ws: &Path) {
+    let text = std::fs::read_to_string(ws.join("heldout_task_result.yaml")).unwrap();
+    let r: HeldoutTaskResult = serde_saphyr::from_str(&text).unwrap();
+    assert_eq!(r.generalization_status, "both_pass", "{r:?}");
+    assert!(r.orig_heldout_pass_correctness && r.opt_pass_correctness);
+    assert_eq!(r.orig_benchmark_methods, vec!["cpu_wall"]);
+    assert_eq!(r.opt_benchmark_methods, vec!["cpu_wall"]);
+    assert_eq!(r.original_run_speedup_ratio, 1.6);
+    assert!(!ws.join("orig/hip/hip_1_KgRmsNorm.py").exists());
+    assert!(ws.join("opt/hip/hip_1_KgRmsNorm.py").is_file());
+    // The same held-out shapes went into both references (the tools compare them).
+    for f in [
+        "opt/pytorch_code_module/py_1_KgRmsNorm.py",
+        "opt/pytorch_code_functional/py_1_KgRmsNorm_func.py",
+    ] {
+        let src = std::fs::read_to_string(ws.join(f)).unwrap();
+        assert_eq!(src.matches("# alignment-stress:").count(), 2, "{f}");
+    }
+    assert!(!ws.join("logs/orig_compile_0.log").exists());
+    let base = std::fs::read_to_string(ws.join("logs/orig_baseline_0.log")).unwrap();
+    let first = base.lines().next().unwrap();
+    assert!(first.ends_with(" --baseline_only"), "{first}");
+    let cwd = base.lines().nth(1).unwrap();
+    assert!(
+        cwd.starts_with("# cwd: ") && cwd.ends_with("/opt"),
+        "the baseline runs in opt/: {cwd}"
+    );
+    let opt = std::fs::read_to_string(ws.join("logs/opt_performance_0.log")).unwrap();
+    let (ori, opt) = (logged_times(&base, false), logged_times(&opt, true));
+    assert_eq!(ori.len(), 8, "{base}");
+    assert_eq!(opt.len(), 8);
+    let expected = ori
+        .iter()
+        .map(|(shape, t)| {
+            let o = opt.iter().find(|(s, _)| s == shape).unwrap().1;
+            t / o
+        })
+        .sum::<f64>()
+        / 8.0;
+    assert!(
+        (r.speedup_ratio - expected).abs() <= 1e-9 * expected,
+        "speedup {} != mean baseline ori_time / opt_time {expected}",
+        r.speedup_ratio
+    );
+}
+
 fn kg(args: &[&str], py: &Path, cwd: &Path) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_kg-heldout"))
         .args(args)
@@ -142,7 +212,11 @@ fn generate_then_eval_on_cpu_fixtures() {
     );
     assert!(!heldout.exists());
     let listing = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(listing.matches("supported    ").count(), 4, "{listing}");
+    assert_eq!(listing.matches("supported    ").count(), 5, "{listing}");
+    assert!(
+        listing.contains("supported    torch2hip/gpumode/KgRmsNorm"),
+        "{listing}"
+    );
 
     let out = kg(
         &["generate", "--tasks-dir", t, "--output-dir", h],
@@ -220,6 +294,7 @@ fn generate_then_eval_on_cpu_fixtures() {
     );
     let sp = status("hip2hip_gpumode_KgSoftplus_20261129_120000");
     assert_eq!(sp.generalization_status, "both_pass", "{sp:?}");
+    check_torch2hip(&out_dir.join("torch2hip_gpumode_KgRmsNorm_20261129_120000"));
     let broken = status("triton2triton_vllm_kg_vec_add_20261129_130000");
     assert_eq!(broken.generalization_status, "error");
     assert!(
@@ -248,32 +323,34 @@ fn generate_then_eval_on_cpu_fixtures() {
         &std::fs::read_to_string(out_dir.join("heldout_summary.yaml")).unwrap(),
     )
     .unwrap();
-    assert_eq!(summary.total_tasks, 5);
+    assert_eq!(summary.total_tasks, 6);
     assert_eq!(summary.errored_tasks, 1);
-    assert_eq!(summary.quadrant_counts["both_pass"], 2);
+    assert_eq!(summary.quadrant_counts["both_pass"], 3);
     assert_eq!(summary.quadrant_counts["opt_regression"], 1);
     assert_eq!(summary.quadrant_counts["both_fail"], 1);
     assert_eq!(summary.quadrant_counts["opt_improvement"], 0);
     let c = &summary.conditional_correctness;
     assert_eq!(
         (c.orig_correct_count, c.opt_also_correct_count, c.rate_pct),
-        (3, 2, 66.7)
+        (4, 3, 75.0)
     );
+    // Wilson interval for 3 of 4.
     let ci = c.ci95.as_ref().unwrap();
-    assert_eq!((ci.low_pct, ci.high_pct), (20.8, 93.9));
-    assert_eq!(summary.heldout_speedup_stats.count, 2);
-    assert_eq!(summary.original_run_speedup_stats.count, 2);
-    assert_eq!(summary.original_run_speedup_stats.mean, 1.375);
-    assert_eq!(summary.original_run_speedup_stats.std, 0.1768);
+    assert_eq!((ci.low_pct, ci.high_pct), (30.1, 95.4));
+    // both_pass: vec_add (original run 1.5), KgSoftplus (1.25), KgRmsNorm (1.6).
+    assert_eq!(summary.heldout_speedup_stats.count, 3);
+    assert_eq!(summary.original_run_speedup_stats.count, 3);
+    assert_eq!(summary.original_run_speedup_stats.mean, 1.45);
+    assert_eq!(summary.original_run_speedup_stats.std, 0.1803);
     let h = summary.heldout_speedup_stats.mean;
     assert_eq!(
         summary.generalization_gap.speedup_mean_delta,
-        kg_heldout::summary::round(h - 1.375, 4)
+        kg_heldout::summary::round(h - 1.45, 4)
     );
     assert_eq!(
         summary.speedup_retention.ratio,
-        kg_heldout::summary::retention(h, 1.375)
+        kg_heldout::summary::retention(h, 1.45)
     );
-    assert_eq!(summary.per_task.len(), 5);
+    assert_eq!(summary.per_task.len(), 6);
     assert!(out_dir.join("heldout_eval.log").is_file());
 }
