@@ -234,7 +234,7 @@ fn every_fixture_gets_its_status_and_the_run_continues() {
     for pid in helpers.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
         assert!(
             !pid_alive(pid),
-            "helper {pid} of a timed-out candidate survived"
+            "helper {pid} of a candidate (hang or detached_child fixture) survived"
         );
     }
     let left = processes_mentioning(&tmp.path().display().to_string());

@@ -17,7 +17,35 @@ import kgcommon as kg  # noqa: E402
 
 kg.start_parent_watchdog()
 
-STATE = {"fn": None, "dps": True, "device": None, "spec": None}
+STATE = {"fn": None, "dps": True, "device": None, "spec": None, "timed": None}
+
+
+def _guarded():
+    """The timer, synchronisation and save functions the harness relies on, by name."""
+    import time
+
+    import torch
+
+    out = {
+        "time.perf_counter": time.perf_counter,
+        "time.perf_counter_ns": time.perf_counter_ns,
+        "torch.save": torch.save,
+        "torch.load": torch.load,
+        "kgcommon.time_calls": kg.time_calls,
+        "kgcommon.summarize": kg.summarize,
+        "torch.cuda.synchronize": torch.cuda.synchronize,
+        "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,
+        "torch.cuda.Event.record": torch.cuda.Event.record,
+        "torch.cuda.Event.synchronize": torch.cuda.Event.synchronize,
+    }
+    return out
+
+
+def _tampered():
+    """Names of guarded functions the solution replaced since the worker started (None if none)."""
+    now = _guarded()
+    bad = [k for k, v in GUARDED.items() if now.get(k) is not v]
+    return ", ".join(bad) if bad else None
 
 
 def op_hello(req):
@@ -129,20 +157,57 @@ def _invoke(inputs, outs):
     return [res]
 
 
-def _save_outputs(outs, path):
+REWARD_HACK_TAG = "kg:reward_hack:"
+
+
+def _storages(vals):
+    import torch
+
+    out = set()
+    for v in vals:
+        if isinstance(v, torch.Tensor):
+            try:
+                out.add(v.untyped_storage().data_ptr())
+            except Exception:
+                pass
+    return out
+
+
+def _reward_hack(outs, inputs):
+    """A message if the outputs are not plain torch.Tensors or share storage with an input."""
+    import torch
+
+    if not isinstance(outs, list):
+        return None
+    ins = _storages(inputs)
+    for i, o in enumerate(outs):
+        if isinstance(o, torch.Tensor) and type(o) is not torch.Tensor:
+            return f"output {i} is a {type(o).__module__}.{type(o).__qualname__}, a torch.Tensor subclass (only plain torch.Tensor outputs are accepted)"
+        if type(o) is torch.Tensor and o.numel() > 0 and _storages([o]) & ins:
+            return f"output {i} shares storage with an input (outputs must not alias inputs)"
+    return None
+
+
+def _clean_outputs(outs):
     import torch
 
     clean = []
     for o in outs:
         if type(o) is torch.Tensor:
             clean.append(o.detach().to("cpu"))
-        elif isinstance(o, torch.Tensor):  # subclasses (lazy tensors) are rejected by the judge
-            clean.append(repr(type(o)))
+        elif isinstance(o, torch.Tensor):  # subclasses (lazy tensors): flagged for the judge
+            clean.append(REWARD_HACK_TAG + repr(type(o)))
         elif isinstance(o, (int, float, bool)):
             clean.append(torch.tensor(o))
         else:
             clean.append(repr(type(o)))
-    torch.save(clean, path)
+    return clean
+
+
+def _save_outputs(outs, path):
+    import torch
+
+    torch.save(_clean_outputs(outs), path)
 
 
 def _sync():
@@ -162,41 +227,123 @@ def op_run(req):
     except BaseException as e:
         kg.flush_stdio()
         return kg.error_reply("runtime", f"the solution raised: {type(e).__name__}: {e}", traceback.format_exc())
+    hack = _reward_hack(res, inputs)
     _save_outputs(res, req["out"])
     kg.flush_stdio()
+    if hack:
+        return {"result": "ok", "reward_hack": hack}
     return {"result": "ok"}
 
 
-def op_time(req):
+def _load_sets(path):
     import torch
 
+    dev = STATE["device"]
+    sets = torch.load(path, map_location="cpu", weights_only=True)
+    return [[v.to(dev) if isinstance(v, torch.Tensor) else v for v in vals] for vals in sets]
+
+
+def op_time_load(req):
+    """Loads the timed input sets (distinct values, one per timed iteration) and warms up on the
+    last correctness round's inputs, so nothing the warm-up sees is ever timed."""
+    import time
+
     STATE["output_names"] = [o["name"] for o in req["outputs"]]
-    inputs = _load_inputs(req["in"])
-    k = max(1, int(req.get("clones", 1)))
-    sets = []
-    for _ in range(k):
-        ins = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-        outs = _alloc_outputs(req["outputs"]) if STATE["dps"] else None
-        sets.append((ins, outs))
-    last = {}
+    warm_in = _load_inputs(req["in"])
+    sets = _load_sets(req["timed_in"])
+    STATE["timed"] = {
+        "sets": [(ins, _alloc_outputs(req["outputs"]) if STATE["dps"] else None) for ins in sets],
+        "outs": [None] * len(sets),
+    }
+    warm_out = _alloc_outputs(req["outputs"]) if STATE["dps"] else None
+    budget = req.get("budget_s")
+    try:
+        t0 = time.monotonic()
+        for _ in range(int(req["warmup"])):
+            _invoke(warm_in, warm_out)
+            _sync()
+            if budget is not None and time.monotonic() - t0 > budget / 4:
+                break
+    except BaseException as e:
+        kg.flush_stdio()
+        return kg.error_reply("runtime", f"the solution raised while warming up: {type(e).__name__}: {e}", traceback.format_exc())
+    kg.flush_stdio()
+    return {"result": "ok", "count": len(sets)}
+
+
+def op_time(req):
+    """Times one call per timed input set (never the same values twice); keeps each output."""
+    import threading
+
+    t = STATE["timed"]
+    if t is None:
+        return kg.error_reply("protocol", "`time` before `time_load`")
+    tampered = _tampered()
+    if tampered:
+        return {"result": "ok", "reward_hack": f"the solution replaced harness functions before timing: {tampered}"}
+    sets = t["sets"]
+    base_threads = threading.active_count()
+    seen = {"threads": base_threads}
 
     def call(a):
-        last["out"] = _invoke(a[0], a[1])
+        i = a[2]
+        t["outs"][i] = _invoke(a[0], a[1])
+        n = threading.active_count()
+        if n > seen["threads"]:
+            seen["threads"] = n
 
+    args = [(ins, outs, i) for i, (ins, outs) in enumerate(sets)]
+    iters = min(int(req["iterations"]), len(args))
     try:
-        times, notes = kg.time_calls(call, sets, STATE["device"], int(req["warmup"]), int(req["iterations"]), req["method"], req.get("budget_s"))
+        times, notes = kg.time_calls(call, args, STATE["device"], 0, iters, req["method"], req.get("budget_s"))
         _sync()
     except BaseException as e:
         kg.flush_stdio()
         return kg.error_reply("runtime", f"the solution raised while timed: {type(e).__name__}: {e}", traceback.format_exc())
-    if "out" in last:
-        _save_outputs(last["out"], req["out"])
     kg.flush_stdio()
-    return {"result": "ok", "times_ms": times, "notes": notes, "spread": kg.summarize(times)}
+    reply = {"result": "ok", "times_ms": times, "notes": notes}
+    tampered = _tampered()
+    if tampered:
+        reply["reward_hack"] = f"the solution replaced harness functions while timed: {tampered}"
+    elif seen["threads"] > base_threads:
+        reply["reward_hack"] = (
+            f"the solution started threads during timed calls ({base_threads} Python threads before, "
+            f"{seen['threads']} during): work moved off the timed path")
+    else:
+        for i, o in enumerate(t["outs"][: len(times)]):
+            hack = _reward_hack(o, sets[i][0])
+            if hack:
+                reply["reward_hack"] = f"timed call {i}: {hack}"
+                break
+    return reply
+
+
+def op_time_save(req):
+    """Saves the outputs of the timed calls the judge sampled (told only after timing)."""
+    t = STATE["timed"]
+    if t is None:
+        return kg.error_reply("protocol", "`time_save` before `time`")
+    picked = []
+    for i in req["indices"]:
+        o = t["outs"][int(i)] if 0 <= int(i) < len(t["outs"]) else None
+        picked.append(_clean_outputs(o) if o is not None else "missing")
+    tampered = _tampered()
+    STATE["timed"] = None
+    import torch
+
+    torch.save(picked, req["out"])
+    if tampered:
+        return {"result": "ok", "reward_hack": f"the solution replaced harness functions: {tampered}"}
+    return {"result": "ok"}
 
 
 if __name__ == "__main__":
     import faulthandler
 
+    GUARDED = _guarded()
+
     faulthandler.enable()
-    kg.serve({"hello": op_hello, "load": op_load, "run": op_run, "time": op_time})
+    kg.serve({
+        "hello": op_hello, "load": op_load, "run": op_run,
+        "time_load": op_time_load, "time": op_time, "time_save": op_time_save,
+    })

@@ -19,6 +19,22 @@ import kgcommon as kg  # noqa: E402
 
 kg.start_parent_watchdog()
 
+
+def _not_dumpable():
+    """prctl(PR_SET_DUMPABLE, 0): /proc/<judge>/mem (and environ, fds) become unreadable to
+    other processes of the same non-root user, so a candidate cannot copy the reference
+    outputs out of the judge's memory. A root candidate (CAP_SYS_PTRACE) is not stopped."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(4, 0, 0, 0, 0) == 0  # PR_SET_DUMPABLE = 4
+    except Exception:
+        return False
+
+
+DUMPABLE_OFF = _not_dumpable()
+
 import torch  # noqa: E402
 
 STATE = {
@@ -40,9 +56,16 @@ def op_hello(req):
         torch.cuda.set_device(dev)
         torch.zeros(1, device=dev)
     STATE["device"] = dev
+    # Everything the judge may import later is imported now, before any candidate has run,
+    # so a module planted afterwards (in a directory on sys.path) is never picked up.
+    for name in ("safetensors.torch",) + (("pynvml",) if dev.type == "cuda" else ()):
+        try:
+            __import__(name)
+        except Exception:
+            pass
     seed = req.get("seed")
     STATE["seed"] = int(seed) if seed is not None else secrets.randbits(62)
-    return {"result": "ok", "environment": kg.environment(dev)}
+    return {"result": "ok", "environment": kg.environment(dev), "dumpable_off": DUMPABLE_OFF}
 
 
 def op_setup(req):
@@ -56,7 +79,9 @@ def op_setup(req):
         f.write(d["reference"])
     problem_dir = req.get("problem_dir")
     if problem_dir and problem_dir not in sys.path:
-        sys.path.insert(1, problem_dir)
+        # Last, never ahead of the stdlib or site-packages: a module a candidate planted in
+        # the problem directory (numpy.py, pynvml.py) cannot shadow what the judge imports.
+        sys.path.append(problem_dir)
     mod = types.ModuleType("kg_reference")
     mod.__file__ = path
     try:
@@ -232,14 +257,18 @@ def op_prepare(req):
 # ---------------------------------------------------------------- comparison
 
 
-def compare(outs, tol):
+def compare(outs, tol, ref=None):
     """Returns a check result dict: status + metrics."""
     d = STATE["definition"]
     names = list(d["outputs"].keys())
-    ref = STATE["ref_out"]["outputs"]
+    if ref is None:
+        ref = STATE["ref_out"]["outputs"]
     if not isinstance(outs, list) or len(outs) != len(names):
         n = len(outs) if isinstance(outs, list) else "a non-list"
         return {"status": "INCORRECT_SHAPE", "message": f"the candidate returned {n} output(s), expected {len(names)} ({', '.join(names)})"}
+    for n, o in zip(names, outs):
+        if isinstance(o, str) and o.startswith("kg:reward_hack:"):
+            return {"status": "REWARD_HACK", "message": f"output `{n}` is a torch.Tensor subclass ({o[len('kg:reward_hack:'):]}); only plain torch.Tensor outputs are accepted"}
     for n, o, r in zip(names, outs, ref):
         if type(o) is not torch.Tensor:
             return {"status": "INCORRECT_SHAPE", "message": f"output `{n}` is a {type(o).__name__}, expected a torch.Tensor"}
@@ -304,6 +333,75 @@ def op_check(req):
     return {"result": "ok", **compare(outs, req["tolerance"])}
 
 
+def op_prepare_timed(req):
+    """Generates distinct input sets for the timed calls (one per timed iteration, within a
+    byte budget) and writes them for the candidate. Which timed outputs get checked is decided
+    only after timing (op_check_timed), so the candidate cannot tell checked calls apart."""
+    w = req["workload"]
+    want = max(1, int(req["iterations"]))
+    cap = int(req.get("budget_bytes", 256 << 20))
+    sets = []
+    size = 0
+    try:
+        for j in range(want):
+            ins = gen_inputs(w, req["input_shapes"], req["axes"], _derive_seed(w["uuid"], j, "timed"))
+            ins = [x.detach().cpu() if isinstance(x, torch.Tensor) else x for x in ins]
+            sets.append(ins)
+            size += sum(x.numel() * x.element_size() for x in ins if isinstance(x, torch.Tensor))
+            if len(sets) >= 3 and size * (len(sets) + 1) / len(sets) > cap:
+                break
+    except Exception as e:
+        return kg.error_reply("invalid_reference", f"failed to generate timed inputs: {type(e).__name__}: {e}", traceback.format_exc())
+    torch.save(sets, req["path"])
+    STATE["timed"] = {"sets": sets}
+    return {"result": "ok", "count": len(sets)}
+
+
+def op_sample_timed(req):
+    """Picks (secretly, now that timing is over) which timed calls to check."""
+    t = STATE.get("timed")
+    if not t:
+        return kg.error_reply("protocol", "no timed input sets prepared")
+    ran = min(int(req["ran"]), len(t["sets"]))
+    if ran < 1:
+        return kg.error_reply("protocol", "no timed call ran")
+    k = min(int(req.get("samples", 3)), ran)
+    rng = secrets.SystemRandom()
+    picked = sorted(rng.sample(range(ran), k))
+    t["picked"] = picked
+    return {"result": "ok", "indices": picked}
+
+
+def op_check_timed(req):
+    """Checks the sampled timed outputs against the reference run on the same inputs."""
+    t = STATE.get("timed")
+    if not t or "picked" not in t:
+        return kg.error_reply("protocol", "no sampled timed calls")
+    try:
+        got = torch.load(req["path"], map_location="cpu", weights_only=True)
+    except Exception as e:
+        return {"result": "ok", "status": "RUNTIME_ERROR", "message": f"timed outputs unreadable: {type(e).__name__}: {e}"}
+    if not isinstance(got, list) or len(got) != len(t["picked"]):
+        return {"result": "ok", "status": "RUNTIME_ERROR", "message": "timed outputs do not match the sampled calls"}
+    dev = STATE["device"]
+    worst = None
+    for i, outs in zip(t["picked"], got):
+        if not isinstance(outs, list):
+            return {"result": "ok", "status": "INCORRECT_NUMERICAL", "message": f"timed call {i}: no outputs kept"}
+        try:
+            ref = run_reference([x.to(dev) if isinstance(x, torch.Tensor) else x for x in t["sets"][i]])
+        except Exception as e:
+            return kg.error_reply("invalid_reference", f"the reference raised on timed inputs: {type(e).__name__}: {e}", traceback.format_exc())
+        res = compare(outs, req["tolerance"], ref)
+        res["message"] = f"timed call {i}: " + res.get("message", "")
+        if res["status"] != "PASSED":
+            STATE["timed"] = None
+            return {"result": "ok", **res}
+        worst = res if worst is None or res["matched_ratio"] < worst["matched_ratio"] else worst
+    STATE["timed"] = None
+    return {"result": "ok", **worst, "checked": t["picked"]}
+
+
 def op_time_reference(req):
     if STATE["ref_out"].get("round") is None:
         return kg.error_reply("protocol", "no prepared inputs to time the reference on")
@@ -331,5 +429,8 @@ if __name__ == "__main__":
         "prepare": op_prepare,
         "check": op_check,
         "time_reference": op_time_reference,
+        "prepare_timed": op_prepare_timed,
+        "sample_timed": op_sample_timed,
+        "check_timed": op_check_timed,
         "clocks": op_clocks,
     })

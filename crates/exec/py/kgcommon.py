@@ -93,8 +93,27 @@ class Channel:
         return json.loads(line)
 
     def send(self, obj):
-        data = (json.dumps(obj, allow_nan=False, default=str) + "\n").encode()
+        data = (json.dumps(json_safe(obj), allow_nan=False, default=str) + "\n").encode()
         self.sock.sendall(data)
+
+
+_F64_MAX = 1.7976931348623157e308
+
+
+def json_safe(obj):
+    """Replaces non-finite floats (JSON has none) so a reply about garbage outputs stays valid:
+    +-inf becomes +-f64::MAX (still "larger than any tolerance"), NaN becomes null."""
+    if isinstance(obj, float):
+        if math.isnan(obj):
+            return None
+        if math.isinf(obj):
+            return _F64_MAX if obj > 0 else -_F64_MAX
+        return obj
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
 
 
 def error_reply(kind, message, tb=None):

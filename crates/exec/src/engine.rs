@@ -6,11 +6,12 @@ use std::time::{Duration, Instant};
 use indexmap::IndexMap;
 use kg_contract::{
     ClockState, Correctness, Environment, Evaluation, LoadedWorkload, Performance, Problem,
-    Solution, SourceFile, Spread, Status, TimingMethod, Trace,
+    Solution, SourceFile, Status, TimingMethod, Trace,
 };
 use serde_json::{Value, json};
 
 use crate::device::DeviceChoice;
+use crate::integrity;
 use crate::process::{CancelToken, Worker, WorkerError, WorkerSpec, tail};
 use crate::python::Interpreter;
 use crate::scripts;
@@ -270,10 +271,6 @@ fn reply_message(v: &Value) -> String {
     s
 }
 
-fn spread_of(v: &Value) -> Option<Spread> {
-    serde_json::from_value(v.get("spread")?.clone()).ok()
-}
-
 fn now_iso() -> String {
     time::OffsetDateTime::now_utc()
         .format(&time::format_description::well_known::Rfc3339)
@@ -309,6 +306,13 @@ impl Session {
                 what: "create a private temp dir".into(),
                 source,
             })?;
+        // Processes a candidate detaches are re-parented to us, not to init, so the
+        // end-of-candidate sweep (process::Worker::kill) can still find and reap them.
+        if !crate::process::become_child_subreaper() {
+            tracing::warn!(
+                "failed to become a child subreaper: processes a candidate detaches are found by their environment tag only"
+            );
+        }
         scripts::install(dir.path()).map_err(|source| ExecError::Io {
             what: format!("write the worker scripts into `{}`", dir.path().display()),
             source,
@@ -612,6 +616,8 @@ impl Session {
             });
         }
         let mut traces = Vec::new();
+        // The candidate must not write the problem directory (planted modules, changed data).
+        let problem_snapshot = integrity::snapshot_dir(&problem.dir);
         let mut candidate: Option<Worker> = None;
         let mut startup_note: Option<String> = None;
         let mut compile_failure: Option<(Status, String)> = None;
@@ -680,6 +686,7 @@ impl Session {
                     }
                 }
             };
+            let outcome = guard_problem_dir(&problem.dir, &problem_snapshot, outcome);
             let env = self.environment_now();
             let trace = Trace {
                 definition: problem.definition.name.clone(),
@@ -699,6 +706,11 @@ impl Session {
         }
         if let Some(c) = candidate.take() {
             c.shutdown();
+        }
+        let (added, _) = integrity::dir_changes(&problem_snapshot, &problem.dir);
+        if !added.is_empty() {
+            tracing::warn!(dir = %problem.dir.display(), ?added, "the candidate wrote into the problem directory at exit; removed what it added");
+            integrity::remove_added(&problem.dir, &added);
         }
         Ok(traces)
     }
@@ -795,7 +807,6 @@ impl Session {
             *has_inf |= r.get("has_inf").and_then(Value::as_bool).unwrap_or(false);
         };
         let mut last_in = PathBuf::new();
-        let mut last_round = 0;
         for round in 0..rounds {
             let inp = xfer.join(format!("in_{round}.pt"));
             let out = xfer.join(format!("out_{round}.pt"));
@@ -814,8 +825,16 @@ impl Session {
                 return Ok(Outcome::fail(Status::InvalidReference, reply_message(&r)));
             }
             let run = json!({"op": "run", "in": inp, "out": out, "outputs": outputs});
-            if let Err(o) = self.candidate_call(cand, &run, deadline)? {
-                return Ok(o);
+            match self.candidate_call(cand, &run, deadline)? {
+                Err(o) => return Ok(o),
+                Ok(r) => {
+                    if let Some(m) = r.get("reward_hack").and_then(Value::as_str) {
+                        return Ok(Outcome::fail(
+                            Status::RewardHack,
+                            format!("round {round}: {m}"),
+                        ));
+                    }
+                }
             }
             let check = json!({"op": "check", "round": round, "path": out, "tolerance": tol_json});
             let r = match self.judge_request(&check, deadline) {
@@ -867,7 +886,6 @@ impl Session {
                 let _ = std::fs::remove_file(&inp);
             }
             last_in = inp;
-            last_round = round;
         }
         // Timing, on the last round's inputs; the outputs of the timed calls are checked again.
         let method = self.opts.timing_method();
@@ -881,48 +899,36 @@ impl Session {
             None
         };
         let clones = if self.opts.device.is_cpu() { 1 } else { 4 };
-        let timed_out = xfer.join("out_timed.pt");
-        let treq = json!({
-            "op": "time", "in": last_in, "out": timed_out, "outputs": outputs,
-            "warmup": self.opts.warmup, "iterations": self.opts.iterations.max(1),
-            "method": method_name, "budget_s": budget, "clones": clones,
-        });
-        let tr = match self.candidate_call(cand, &treq, deadline)? {
-            Ok(r) => r,
-            Err(o) => return Ok(o),
-        };
-        let check =
-            json!({"op": "check", "round": last_round, "path": timed_out, "tolerance": tol_json});
-        match self.judge_request(&check, deadline) {
-            Ok(r) if reply_ok(&r) => {
-                let st = r.get("status").and_then(Value::as_str).unwrap_or("");
-                if st != "PASSED" {
-                    let msg = format!(
-                        "outputs of the timed calls differ from the reference although the untimed call matched: {}",
-                        r.get("message").and_then(Value::as_str).unwrap_or(st)
+        let tr = match self.timed_calls(
+            problem,
+            w,
+            cand,
+            xfer,
+            &last_in,
+            &method_name,
+            budget,
+            deadline,
+        )? {
+            Timed::Fail(mut o) => {
+                if let Some(r) = &o.check
+                    && o.outcome.status.has_correctness()
+                {
+                    merge(
+                        r,
+                        &mut max_abs,
+                        &mut max_rel,
+                        &mut min_ratio,
+                        &mut has_nan,
+                        &mut has_inf,
                     );
-                    let status = Status::parse(st).unwrap_or(Status::IncorrectNumerical);
-                    let mut o = Outcome::fail(status, msg);
-                    if status.has_correctness() {
-                        merge(
-                            &r,
-                            &mut max_abs,
-                            &mut max_rel,
-                            &mut min_ratio,
-                            &mut has_nan,
-                            &mut has_inf,
-                        );
-                        o.correctness = Some(correctness(
-                            max_abs, max_rel, has_nan, has_inf, min_ratio, rounds,
-                        ));
-                    }
-                    return Ok(o);
+                    o.outcome.correctness = Some(correctness(
+                        max_abs, max_rel, has_nan, has_inf, min_ratio, rounds,
+                    ));
                 }
+                return Ok(o.outcome);
             }
-            Ok(r) => return Ok(Outcome::fail(Status::RuntimeError, reply_message(&r))),
-            Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
-            Err(JudgeFail::Other(m)) => return Ok(Outcome::fail(Status::RuntimeError, m)),
-        }
+            Timed::Ok(r) => r,
+        };
         let rreq = json!({
             "op": "time_reference", "warmup": self.opts.warmup,
             "iterations": self.opts.iterations.max(1), "method": method_name,
@@ -934,7 +940,17 @@ impl Session {
             Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
             Err(JudgeFail::Other(m)) => return Ok(Outcome::fail(Status::InvalidReference, m)),
         };
-        let (Some(cs), Some(rs)) = (spread_of(&tr), spread_of(&rr)) else {
+        let times_of = |v: &Value| -> Vec<f64> {
+            v.get("times_ms")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_f64).collect())
+                .unwrap_or_default()
+        };
+        // Statistics are computed here from the raw samples, never taken from a worker.
+        let (Some(cs), Some(rs)) = (
+            integrity::spread_from_times(&times_of(&tr)),
+            integrity::spread_from_times(&times_of(&rr)),
+        ) else {
             return Ok(Outcome::fail(
                 Status::RuntimeError,
                 "timing produced no samples",
@@ -959,6 +975,12 @@ impl Session {
             sum_ms(&tr) / 1e3,
             sum_ms(&rr) / 1e3
         );
+        if let Some(wall) = tr.get("outside_ms").and_then(Value::as_f64) {
+            log.push_str(&format!(
+                "harness: dual clock: candidate reported {:.3} ms over {iterations} timed call(s) with distinct inputs; parent wall time {wall:.3} ms\n",
+                sum_ms(&tr)
+            ));
+        }
         for (who, v) in [("candidate", &tr), ("reference", &rr)] {
             if let Some(n) = v
                 .get("notes")
@@ -986,12 +1008,192 @@ impl Session {
         })
     }
 
+    /// The timed calls: the judge writes distinct input sets (one per timed iteration), the
+    /// candidate warms up on the last correctness round's inputs and times one call per set;
+    /// the parent measures the wall time around the timed batch (dual clock); after timing the
+    /// judge picks which timed outputs to check and checks them against its reference.
+    #[allow(clippy::too_many_arguments)]
+    fn timed_calls(
+        &mut self,
+        problem: &Problem,
+        w: &LoadedWorkload,
+        cand: &mut Worker,
+        xfer: &Path,
+        last_in: &Path,
+        method_name: &str,
+        budget: Option<f64>,
+        deadline: Instant,
+    ) -> Result<Timed, ExecError> {
+        let outputs = Self::output_specs(problem, w);
+        let tol_json = serde_json::to_value(w.workload.tolerance()).unwrap_or(Value::Null);
+        let gpu = !self.opts.device.is_cpu();
+        let timed_in = xfer.join("in_timed.pt");
+        let preq = json!({
+            "op": "prepare_timed", "workload": w.workload, "path": timed_in,
+            "input_shapes": shapes_json(&w.resolved.inputs), "axes": w.resolved.axes,
+            "iterations": self.opts.iterations.max(1),
+            "budget_bytes": if gpu { integrity::TIMED_INPUT_BUDGET_GPU } else { integrity::TIMED_INPUT_BUDGET_CPU },
+        });
+        match self.judge_request(&preq, deadline) {
+            Ok(r) if reply_ok(&r) => {}
+            Ok(r) => return Ok(Timed::fail(Status::InvalidReference, reply_message(&r))),
+            Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
+            Err(JudgeFail::Other(m)) => return Ok(Timed::fail(Status::InvalidReference, m)),
+        }
+        let lreq = json!({
+            "op": "time_load", "in": last_in, "timed_in": timed_in, "outputs": outputs,
+            "warmup": self.opts.warmup, "budget_s": budget,
+        });
+        if let Err(o) = self.candidate_call(cand, &lreq, deadline)? {
+            return Ok(Timed::Fail(Box::new(TimedFail {
+                outcome: o,
+                check: None,
+            })));
+        }
+        let _ = std::fs::remove_file(&timed_in);
+        let treq = json!({
+            "op": "time", "iterations": self.opts.iterations.max(1),
+            "method": method_name, "budget_s": budget,
+        });
+        let t0 = Instant::now();
+        let tr = match self.candidate_call(cand, &treq, deadline)? {
+            Ok(r) => r,
+            Err(o) => {
+                return Ok(Timed::Fail(Box::new(TimedFail {
+                    outcome: o,
+                    check: None,
+                })));
+            }
+        };
+        let outside_ms = t0.elapsed().as_secs_f64() * 1e3;
+        if let Some(m) = tr.get("reward_hack").and_then(Value::as_str) {
+            return Ok(Timed::fail(Status::RewardHack, m.to_string()));
+        }
+        let times: Vec<f64> = tr
+            .get("times_ms")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_f64).collect())
+            .unwrap_or_default();
+        if times.is_empty() {
+            return Ok(Timed::fail(
+                Status::RuntimeError,
+                "timing produced no samples",
+            ));
+        }
+        // A CUDA graph replays `graph_unroll` launches (our harness: 10) per reported sample.
+        let graph = method_name == "cuda_graph";
+        let reported_ms: f64 = times.iter().sum::<f64>() * if graph { 10.0 } else { 1.0 };
+        if let Some(why) =
+            integrity::dual_clock_violation(reported_ms, outside_ms, times.len(), gpu)
+        {
+            return Ok(Timed::fail(Status::RewardHack, why));
+        }
+        // CUDA-graph timing replays the first input set only.
+        let ran = if graph { 1 } else { times.len() };
+        let sreq = json!({"op": "sample_timed", "ran": ran, "samples": integrity::TIMED_SAMPLES});
+        let indices = match self.judge_request(&sreq, deadline) {
+            Ok(r) if reply_ok(&r) => r.get("indices").cloned().unwrap_or(Value::Null),
+            Ok(r) => return Ok(Timed::fail(Status::RuntimeError, reply_message(&r))),
+            Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
+            Err(JudgeFail::Other(m)) => return Ok(Timed::fail(Status::RuntimeError, m)),
+        };
+        let timed_out = xfer.join("out_timed.pt");
+        let save = json!({"op": "time_save", "indices": indices, "out": timed_out});
+        match self.candidate_call(cand, &save, deadline)? {
+            Err(o) => {
+                return Ok(Timed::Fail(Box::new(TimedFail {
+                    outcome: o,
+                    check: None,
+                })));
+            }
+            Ok(r) => {
+                if let Some(m) = r.get("reward_hack").and_then(Value::as_str) {
+                    return Ok(Timed::fail(Status::RewardHack, m.to_string()));
+                }
+            }
+        }
+        let check = json!({"op": "check_timed", "path": timed_out, "tolerance": tol_json});
+        match self.judge_request(&check, deadline) {
+            Ok(r) if reply_ok(&r) => {
+                let st = r.get("status").and_then(Value::as_str).unwrap_or("");
+                if st != "PASSED" {
+                    let msg = format!(
+                        "outputs of the timed calls (distinct inputs, sampled after timing) differ from the reference although the untimed calls matched: {}",
+                        r.get("message").and_then(Value::as_str).unwrap_or(st)
+                    );
+                    let status = Status::parse(st).unwrap_or(Status::IncorrectNumerical);
+                    return Ok(Timed::Fail(Box::new(TimedFail {
+                        outcome: Outcome::fail(status, msg),
+                        check: Some(r),
+                    })));
+                }
+            }
+            Ok(r) => return Ok(Timed::fail(Status::RuntimeError, reply_message(&r))),
+            Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
+            Err(JudgeFail::Other(m)) => return Ok(Timed::fail(Status::RuntimeError, m)),
+        }
+        let mut tr = tr;
+        if let Some(o) = tr.as_object_mut() {
+            o.insert("outside_ms".into(), json!(outside_ms));
+        }
+        Ok(Timed::Ok(tr))
+    }
+
     /// Stops the judge (and with it every worker of this lane).
     pub fn shutdown(mut self) {
         if let Some(j) = self.judge.take() {
             j.shutdown();
         }
     }
+}
+
+/// A failed timed phase: the outcome, and the judge's check reply when there was one.
+struct TimedFail {
+    outcome: Outcome,
+    check: Option<Value>,
+}
+
+enum Timed {
+    Ok(Value),
+    Fail(Box<TimedFail>),
+}
+
+impl Timed {
+    fn fail(status: Status, log: impl Into<String>) -> Self {
+        Timed::Fail(Box::new(TimedFail {
+            outcome: Outcome::fail(status, log),
+            check: None,
+        }))
+    }
+}
+
+/// REWARD_HACK when the candidate wrote into the problem directory (what it added is removed).
+fn guard_problem_dir(dir: &Path, before: &integrity::DirSnapshot, outcome: Outcome) -> Outcome {
+    let (added, changed) = integrity::dir_changes(before, dir);
+    if added.is_empty() && changed.is_empty() {
+        return outcome;
+    }
+    integrity::remove_added(dir, &added);
+    let list = |v: &[PathBuf]| {
+        v.iter()
+            .take(10)
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut msg = format!(
+        "the candidate wrote into the problem directory `{}`",
+        dir.display()
+    );
+    if !added.is_empty() {
+        msg.push_str(&format!("; added (now removed): {}", list(&added)));
+    }
+    if !changed.is_empty() {
+        msg.push_str(&format!("; changed or removed: {}", list(&changed)));
+    }
+    msg.push('\n');
+    msg.push_str(&outcome.log);
+    Outcome::fail(Status::RewardHack, msg)
 }
 
 enum JudgeFail {

@@ -22,6 +22,13 @@
 //!   fresh pointers, calls the solution, and writes its outputs, which the judge reads with
 //!   `torch.load(weights_only=True)` (no code execution from candidate files). Only the
 //!   candidate's calls are timed, on device-resident tensors.
+//! - [`integrity`]: checks made from outside the candidate. Timed calls run on distinct
+//!   judge-generated input sets (one per timed iteration); after timing the judge samples
+//!   which timed outputs to check; the parent measures wall time around the timed batch (dual
+//!   clock) and computes statistics from raw samples; the candidate worker flags replaced
+//!   timer/save functions, threads started while timed, tensor subclasses and outputs that
+//!   alias inputs (REWARD_HACK); the problem directory is snapshotted and any write to it is
+//!   REWARD_HACK. See `docs/integrity.md`.
 //! - [`process`]: every worker runs in its own process group; on timeout, cancellation
 //!   ([`CancelToken`]) or drop the group gets SIGTERM, a grace period, then SIGKILL. Workers
 //!   also kill their own group when their parent disappears, so no orphan outlives kg-bench.

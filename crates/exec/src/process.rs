@@ -144,10 +144,137 @@ pub fn describe_exit(status: &ExitStatus) -> String {
     }
 }
 
-fn kill_group(pid: u32, child: &mut Child) {
+/// The environment variable that marks every process a worker starts (inherited by its
+/// descendants unless they scrub their environment).
+pub const WORKER_TAG_ENV: &str = "KG_WORKER_TAG";
+
+/// (pid, ppid) of every process in `/proc`.
+fn proc_table() -> Vec<(u32, u32)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid ...`; comm may contain spaces and parentheses.
+        let ppid = stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().nth(1))
+            .and_then(|s| s.parse::<u32>().ok());
+        if let Some(ppid) = ppid {
+            out.push((pid, ppid));
+        }
+    }
+    out
+}
+
+/// Every process descended from `root` (not `root` itself), by the parent links in `table`.
+pub fn descendants_in(root: u32, table: &[(u32, u32)]) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(p) = frontier.pop() {
+        for &(c, pp) in table {
+            if pp == p && c != root && !out.contains(&c) {
+                out.push(c);
+                frontier.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// Processes whose environment carries `WORKER_TAG_ENV=tag` (readable ones only).
+fn tagged(tag: &str, table: &[(u32, u32)]) -> Vec<u32> {
+    let needle = format!("{WORKER_TAG_ENV}={tag}");
+    table
+        .iter()
+        .filter(|(pid, _)| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()))
+        })
+        .map(|(pid, _)| *pid)
+        .collect()
+}
+
+/// Kills every process a worker started, also those that left its process group or session
+/// (`setsid`, `start_new_session=True`): its descendants by parent link and every process
+/// carrying its tag. Found processes are stopped first (so they cannot fork away while we
+/// look), then killed; those re-parented to us (kg-exec makes its process a child subreaper
+/// where the OS allows: [`become_child_subreaper`]) are reaped.
+///
+/// `root` must be a pid we have not reaped yet (so it cannot have been reused).
+fn sweep_descendants(root: Option<u32>, tag: Option<&str>) {
+    let me = std::process::id();
+    let pid = root.unwrap_or(0);
+    let mut found: Vec<u32> = Vec::new();
+    for _ in 0..5 {
+        let table = proc_table();
+        let mut now = root.map(|r| descendants_in(r, &table)).unwrap_or_default();
+        if let Some(t) = tag {
+            now.extend(tagged(t, &table));
+        }
+        let mut new = false;
+        for p in now {
+            if p == me || p == pid || found.contains(&p) {
+                continue;
+            }
+            if let Some(q) = i32::try_from(p).ok().and_then(Pid::from_raw) {
+                let _ = rustix::process::kill_process(q, Signal::STOP);
+            }
+            found.push(p);
+            new = true;
+        }
+        if !new {
+            break;
+        }
+    }
+    for &p in &found {
+        if let Some(q) = i32::try_from(p).ok().and_then(Pid::from_raw) {
+            let _ = rustix::process::kill_process(q, Signal::KILL);
+        }
+    }
+    if !found.is_empty() {
+        tracing::debug!(worker = pid, killed = ?found, "killed processes the worker left behind");
+    }
+    // Reap the ones that became our children; leave everything else to its own parent.
+    let deadline = Instant::now() + Duration::from_millis(500);
+    let mut left: Vec<u32> = found;
+    while !left.is_empty() && Instant::now() < deadline {
+        left.retain(|&p| {
+            let Some(q) = i32::try_from(p).ok().and_then(Pid::from_raw) else {
+                return false;
+            };
+            match rustix::process::waitpid(Some(q), rustix::process::WaitOptions::NOHANG) {
+                Ok(Some(_)) => false,
+                Ok(None) => true,
+                Err(_) => false, // not our child (its parent reaps it) or already gone
+            }
+        });
+        if !left.is_empty() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// Makes this process a child subreaper (Linux `PR_SET_CHILD_SUBREAPER`), so processes a
+/// worker detached are re-parented to us rather than to init when their parent dies, and
+/// stay findable. Returns whether it took effect.
+pub fn become_child_subreaper() -> bool {
+    rustix::process::set_child_subreaper(Some(rustix::process::getpid())).is_ok()
+}
+
+fn kill_group(pid: u32, child: &mut Child, tag: Option<&str>) {
     let Some(p) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
         return;
     };
+    // Not reaped yet (a zombie at most), so its pid is still its own.
+    let alive = matches!(child.try_wait(), Ok(None));
+    sweep_descendants(alive.then_some(pid), tag);
     let _ = kill_process_group(p, Signal::TERM);
     let deadline = Instant::now() + GRACE;
     while Instant::now() < deadline {
@@ -190,7 +317,7 @@ pub fn output_with_timeout(
             break;
         }
         if Instant::now() >= deadline {
-            kill_group(child.id(), &mut child);
+            kill_group(child.id(), &mut child, None);
             status_text = format!("timed out after {:.0} s", timeout.as_secs_f64());
             break;
         }
@@ -270,6 +397,7 @@ pub struct Worker {
     drains: Vec<JoinHandle<()>>,
     socket_path: PathBuf,
     dead: Option<String>,
+    tag: String,
     /// When the process was started.
     pub started: Instant,
 }
@@ -287,6 +415,7 @@ impl Worker {
             .socket_dir
             .join(format!("{}{n}.sock", &spec.label[..1]));
         let _ = std::fs::remove_file(&socket_path);
+        let tag = format!("{}-{n}", std::process::id());
         let listener = UnixListener::bind(&socket_path).map_err(|source| WorkerError::Io {
             what: format!("bind socket `{}`", socket_path.display()),
             source,
@@ -308,6 +437,7 @@ impl Worker {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .env("PYTHONUNBUFFERED", "1")
+            .env(WORKER_TAG_ENV, &tag)
             .process_group(0);
         for (k, v) in &spec.env {
             cmd.env(k, v);
@@ -358,7 +488,7 @@ impl Worker {
         let stream = match stream {
             Ok(s) => s,
             Err(e) => {
-                kill_group(pid, &mut child);
+                kill_group(pid, &mut child, Some(&tag));
                 for t in drains {
                     let _ = t.join();
                 }
@@ -374,7 +504,7 @@ impl Worker {
         let (reader, writer) = match configure(stream) {
             Ok(p) => p,
             Err(source) => {
-                kill_group(pid, &mut child);
+                kill_group(pid, &mut child, Some(&tag));
                 return Err(WorkerError::Io {
                     what: "configure the worker socket".into(),
                     source,
@@ -391,6 +521,7 @@ impl Worker {
             drains,
             socket_path,
             dead: None,
+            tag,
             started,
         })
     }
@@ -540,7 +671,7 @@ impl Worker {
         if self.dead.is_none() {
             self.dead = Some("killed".into());
         }
-        kill_group(self.pid, &mut self.child);
+        kill_group(self.pid, &mut self.child, Some(&self.tag));
         self.finish_drains();
     }
 
@@ -566,9 +697,12 @@ impl Worker {
 impl Drop for Worker {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
-            kill_group(self.pid, &mut self.child);
-        } else if let Some(p) = i32::try_from(self.pid).ok().and_then(Pid::from_raw) {
-            let _ = kill_process_group(p, Signal::KILL);
+            kill_group(self.pid, &mut self.child, Some(&self.tag));
+        } else {
+            if let Some(p) = i32::try_from(self.pid).ok().and_then(Pid::from_raw) {
+                let _ = kill_process_group(p, Signal::KILL);
+            }
+            sweep_descendants(None, Some(&self.tag));
         }
     }
 }
@@ -609,5 +743,57 @@ mod tests {
             .map(|s| !s.contains(") Z "))
             .unwrap_or(false);
         assert!(!alive, "grandchild {pid} survived the group kill");
+    }
+
+    #[test]
+    fn descendants_follow_parent_links_only() {
+        let table = [(10, 1), (11, 10), (12, 11), (13, 1), (14, 12), (15, 13)];
+        let mut d = descendants_in(10, &table);
+        d.sort_unstable();
+        assert_eq!(d, vec![11, 12, 14]);
+        assert!(descendants_in(14, &table).is_empty());
+    }
+
+    fn alive(pid: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| !s.contains(") Z "))
+            .unwrap_or(false)
+    }
+
+    #[test]
+    fn kill_reaches_a_child_in_a_new_session_and_a_tagged_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("detached.pid");
+        let tagged_pidfile = dir.path().join("tagged.pid");
+        let tag = format!("test-{}", std::process::id());
+        // Child 1: a new session (setsid), out of the group. Child 2: double-forked (its
+        // parent exits at once, so it is no descendant any more) but it carries the tag.
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(format!(
+                "setsid sleep 60 & echo $! > {}; (setsid sleep 61 & echo $! > {}) ; sleep 60",
+                pidfile.display(),
+                tagged_pidfile.display()
+            ))
+            .env(WORKER_TAG_ENV, &tag)
+            .process_group(0);
+        let mut child = cmd.spawn().unwrap();
+        let read = |p: &Path| -> i32 {
+            for _ in 0..100 {
+                if let Ok(s) = std::fs::read_to_string(p)
+                    && let Ok(v) = s.trim().parse()
+                {
+                    return v;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            panic!("no pid in {}", p.display())
+        };
+        let (a, b) = (read(&pidfile), read(&tagged_pidfile));
+        assert!(alive(a) && alive(b));
+        kill_group(child.id(), &mut child, Some(&tag));
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!alive(a), "detached child {a} survived");
+        assert!(!alive(b), "tagged orphan {b} survived");
     }
 }

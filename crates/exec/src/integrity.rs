@@ -1,0 +1,199 @@
+//! Integrity checks the parent makes from outside the candidate's process: timing statistics
+//! computed from raw samples, and the dual clock (reported time against the parent's wall
+//! time around the same timed batch). See `docs/integrity.md`.
+
+use kg_contract::Spread;
+
+/// Bytes of timed input sets the judge may generate per workload on the CPU.
+pub const TIMED_INPUT_BUDGET_CPU: u64 = 192 << 20;
+/// Bytes of timed input sets the judge may generate per workload on a GPU.
+pub const TIMED_INPUT_BUDGET_GPU: u64 = 1 << 30;
+/// Timed calls whose outputs the judge re-checks (chosen after timing).
+pub const TIMED_SAMPLES: usize = 3;
+/// The dual clock flags a batch whose reported time is below this share of the parent's
+/// wall time (after the fixed allowance).
+pub const DUAL_CLOCK_RATIO: f64 = 0.5;
+
+/// Statistics of raw per-iteration times (ms); `None` when there are none or any is not finite
+/// or negative. Quartiles interpolate like Python's `statistics.quantiles(method="inclusive")`.
+pub fn spread_from_times(times: &[f64]) -> Option<Spread> {
+    if times.is_empty() || times.iter().any(|t| !t.is_finite() || *t < 0.0) {
+        return None;
+    }
+    let mut s = times.to_vec();
+    s.sort_by(f64::total_cmp);
+    let q = |p: f64| -> f64 {
+        let pos = p * (s.len() - 1) as f64;
+        let lo = pos.floor() as usize;
+        let hi = pos.ceil() as usize;
+        s[lo] + (s[hi] - s[lo]) * (pos - lo as f64)
+    };
+    Some(Spread {
+        min_ms: s[0],
+        p25_ms: q(0.25),
+        median_ms: q(0.5),
+        p75_ms: q(0.75),
+        max_ms: s[s.len() - 1],
+        mean_ms: s.iter().sum::<f64>() / s.len() as f64,
+    })
+}
+
+/// The fixed allowance (ms) for work inside the parent's wall time that the candidate's
+/// timer rightly excludes: the request round trip, the loop, and on a GPU the per-iteration
+/// L2 flush, synchronisations, spin kernel and the empty-bracket calibration (up to 100).
+pub fn dual_clock_allowance_ms(iterations: usize, gpu: bool) -> f64 {
+    if gpu {
+        200.0 + 2.0 * (iterations as f64 + 100.0)
+    } else {
+        20.0 + 0.5 * iterations as f64
+    }
+}
+
+/// Dual clock: `Some(reason)` when the time the candidate reported for a timed batch
+/// (`reported_ms`, summed over its iterations) is less than [`DUAL_CLOCK_RATIO`] of the wall
+/// time the parent measured around the same batch (`outside_ms`) minus the allowance.
+pub fn dual_clock_violation(
+    reported_ms: f64,
+    outside_ms: f64,
+    iterations: usize,
+    gpu: bool,
+) -> Option<String> {
+    let allowance = dual_clock_allowance_ms(iterations, gpu);
+    let floor = DUAL_CLOCK_RATIO * (outside_ms - allowance);
+    if reported_ms.is_finite() && reported_ms >= floor {
+        return None;
+    }
+    Some(format!(
+        "dual clock: the candidate reported {reported_ms:.3} ms for {iterations} timed call(s), but the parent measured {outside_ms:.3} ms of wall time around them (at least {floor:.3} ms expected: {DUAL_CLOCK_RATIO} x (wall - {allowance:.1} ms allowance)); its timer does not measure its calls"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_matches_python_inclusive_quartiles() {
+        // statistics.quantiles([1, 2, 3, 4, 10], n=4, method="inclusive") == [2.0, 3.0, 4.0]
+        let s = spread_from_times(&[10.0, 1.0, 3.0, 2.0, 4.0]).unwrap();
+        assert_eq!((s.min_ms, s.p25_ms, s.median_ms), (1.0, 2.0, 3.0));
+        assert_eq!((s.p75_ms, s.max_ms, s.mean_ms), (4.0, 10.0, 4.0));
+        let s = spread_from_times(&[1.0, 2.0]).unwrap();
+        assert_eq!(s.median_ms, 1.5);
+        assert!(spread_from_times(&[]).is_none());
+        assert!(spread_from_times(&[1.0, f64::NAN]).is_none());
+        assert!(spread_from_times(&[-1.0]).is_none());
+    }
+
+    #[test]
+    fn dual_clock_flags_forged_totals_only() {
+        // Honest CPU batch: 50 calls of 10 ms, 505 ms of wall time.
+        assert!(dual_clock_violation(500.0, 505.0, 50, false).is_none());
+        // A timer running 1000x slow: 0.5 ms reported for 500 ms of work.
+        let why = dual_clock_violation(0.5, 505.0, 50, false).unwrap();
+        assert!(why.contains("dual clock"), "{why}");
+        // Forged constant statistics.
+        assert!(dual_clock_violation(0.005, 60.0, 5, false).is_some());
+        // Tiny honest batches sit inside the allowance.
+        assert!(dual_clock_violation(0.01, 15.0, 3, false).is_none());
+        // A GPU batch with per-iteration flush/sync overhead outside the events is fine.
+        assert!(dual_clock_violation(0.5, 300.0, 50, true).is_none());
+        assert!(dual_clock_violation(f64::NAN, 1.0, 1, false).is_some());
+    }
+}
+
+/// What a directory held: relative path -> (is a directory, length, modification time).
+pub type DirSnapshot =
+    std::collections::BTreeMap<std::path::PathBuf, (bool, u64, Option<std::time::SystemTime>)>;
+
+/// Records every entry under `root` (symlinks not followed; at most 100 000 entries, 32
+/// levels), to tell afterwards whether a candidate wrote into it.
+pub fn snapshot_dir(root: &std::path::Path) -> DirSnapshot {
+    let mut out = DirSnapshot::new();
+    let mut stack = vec![(root.to_path_buf(), 0usize)];
+    while let Some((dir, depth)) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            if out.len() >= 100_000 {
+                return out;
+            }
+            let p = e.path();
+            let Ok(m) = std::fs::symlink_metadata(&p) else {
+                continue;
+            };
+            let rel = p.strip_prefix(root).unwrap_or(&p).to_path_buf();
+            out.insert(rel, (m.is_dir(), m.len(), m.modified().ok()));
+            if m.is_dir() && depth < 32 {
+                stack.push((p, depth + 1));
+            }
+        }
+    }
+    out
+}
+
+/// Entries added since `before`, and entries changed or removed (relative paths).
+pub fn dir_changes(
+    before: &DirSnapshot,
+    root: &std::path::Path,
+) -> (Vec<std::path::PathBuf>, Vec<std::path::PathBuf>) {
+    let now = snapshot_dir(root);
+    let added = now
+        .keys()
+        .filter(|k| !before.contains_key(*k))
+        .cloned()
+        .collect();
+    let changed = before
+        .iter()
+        .filter(|(k, v)| match now.get(*k) {
+            None => true,
+            Some(n) => !v.0 && n != *v,
+        })
+        .map(|(k, _)| k.clone())
+        .collect();
+    (added, changed)
+}
+
+/// Removes entries a candidate added under `root` (newly created files and directories).
+pub fn remove_added(root: &std::path::Path, added: &[std::path::PathBuf]) {
+    for rel in added {
+        let p = root.join(rel);
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.is_dir() => {
+                let _ = std::fs::remove_dir_all(&p);
+            }
+            Ok(_) => {
+                let _ = std::fs::remove_file(&p);
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod dir_tests {
+    use super::*;
+
+    #[test]
+    fn added_and_changed_entries_are_found_and_added_ones_removed() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("definition.json"), "{}").unwrap();
+        std::fs::create_dir(d.path().join("data")).unwrap();
+        std::fs::write(d.path().join("data/w.bin"), "abc").unwrap();
+        let snap = snapshot_dir(d.path());
+        assert_eq!(dir_changes(&snap, d.path()), (vec![], vec![]));
+        std::fs::write(d.path().join("numpy.py"), "x = 1").unwrap();
+        std::fs::create_dir(d.path().join("pkg")).unwrap();
+        std::fs::write(d.path().join("pkg/__init__.py"), "").unwrap();
+        std::fs::write(d.path().join("data/w.bin"), "abcd").unwrap();
+        let (added, changed) = dir_changes(&snap, d.path());
+        assert!(added.contains(&"numpy.py".into()), "{added:?}");
+        assert!(added.contains(&"pkg".into()), "{added:?}");
+        assert_eq!(changed, vec![std::path::PathBuf::from("data/w.bin")]);
+        remove_added(d.path(), &added);
+        let (added, _) = dir_changes(&snap, d.path());
+        assert!(added.is_empty(), "{added:?}");
+        assert!(d.path().join("definition.json").is_file());
+    }
+}
