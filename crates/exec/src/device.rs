@@ -418,17 +418,22 @@ mod tests {
         }
     }
 
-    #[test]
-    fn auto_claims_an_idle_gpu_and_restricts_workers_to_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let a = acquire_with(
+    /// `auto` on a machine whose torch sees one GPU, claimed through the fake backend in `dir`.
+    fn claim_auto(dir: &tempfile::TempDir) -> Acquired {
+        acquire_with(
             DeviceRequest::Auto,
             &probe(true, 1),
             &AcquireOptions::default(),
             None,
             fake_claimer(dir.path().to_path_buf()),
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn auto_claims_an_idle_gpu_and_restricts_workers_to_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = claim_auto(&dir);
         assert_eq!(a.choice, DeviceChoice::Cuda(0));
         assert!(a.claim.is_some());
         assert_eq!(a.evidence.as_ref().unwrap().uuid, "GPU-fake-0");
@@ -441,14 +446,7 @@ mod tests {
         );
         // A second run while the first holds the claim cannot take the device: it falls back to
         // the CPU and says why.
-        let b = acquire_with(
-            DeviceRequest::Auto,
-            &probe(true, 1),
-            &AcquireOptions::default(),
-            None,
-            fake_claimer(dir.path().to_path_buf()),
-        )
-        .unwrap();
+        let b = claim_auto(&dir);
         assert_eq!(b.choice, DeviceChoice::Cpu);
         assert!(b.notice.unwrap().contains("no GPU could be claimed"));
         // With --lock-clocks the same refusal is an error (fail closed), not a CPU fallback.
@@ -465,14 +463,7 @@ mod tests {
         assert!(matches!(c, Err(DeviceError::Claim(_))));
         drop(a);
         // Released on drop: the device can be claimed again.
-        let d = acquire_with(
-            DeviceRequest::Auto,
-            &probe(true, 1),
-            &AcquireOptions::default(),
-            None,
-            fake_claimer(dir.path().to_path_buf()),
-        )
-        .unwrap();
+        let d = claim_auto(&dir);
         assert_eq!(d.choice, DeviceChoice::Cuda(0));
     }
 
@@ -515,14 +506,7 @@ mod tests {
     fn an_enclosing_claim_is_borrowed_not_retaken() {
         // Evidence as an enclosing `kg-gpu claim` would have written it.
         let dir = tempfile::tempdir().unwrap();
-        let outer = acquire_with(
-            DeviceRequest::Auto,
-            &probe(true, 1),
-            &AcquireOptions::default(),
-            None,
-            fake_claimer(dir.path().to_path_buf()),
-        )
-        .unwrap();
+        let outer = claim_auto(&dir);
         let ev = outer.evidence.clone().unwrap();
         let called = std::cell::Cell::new(false);
         let a = acquire_with(
