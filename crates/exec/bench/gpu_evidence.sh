@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # Device run for docs/evidence/evaluate.md. Usage: crates/exec/bench/gpu_evidence.sh KG_BENCH OUTDIR [part]
-# part: core (corpus + pytorch/triton SOL examples + benchmarks) or cpp (cuda_cpp SOL examples).
+# part: core (corpus + pytorch/triton SOL examples + benchmarks), cpp (cuda_cpp SOL examples),
+# bench (benchmarks: default CUPTI timing, plus event timing and CUDA graphs for comparison),
+# corpus (validate + reference and bundled corpus runs), auto (--device auto claim),
+# bundled (bundled Triton solutions only), release (issue 5: `xtask release` of problems/core on
+# the H200 and `score official`; XTASK names the carried xtask binary), redteam (issue 8).
+# Every part packs its results into OUTDIR/results.tgz as it ends, so a later timeout loses nothing.
 set -u
 KG=$1; OUT=$2; PART=${3:-core}
 EX=.device-bin/exec/sol-examples
@@ -22,12 +27,32 @@ fi
 if [ "$PART" = core ] || [ "$PART" = bench ]; then
   for k in add_1m matmul_4096_bf16; do for i in 1 2 3 4 5; do log "repro $k $i"
     $KG evaluate $B/$k --solution $B/$k/solution.json --device cuda:0 --rounds 2 --iterations 100 --json > "$OUT/r/repro-$k-$i.json" 2>>"$OUT/r/repro-err.txt"; done
+    for i in 1 2 3; do log "events $k $i"
+    $KG evaluate $B/$k --solution $B/$k/solution.json --device cuda:0 --rounds 2 --iterations 100 --timing events --json > "$OUT/r/events-$k-$i.json" 2>>"$OUT/r/repro-err.txt"; done
     $KG evaluate $B/$k --solution $B/$k/solution.json --device cuda:0 --rounds 2 --iterations 100 --timing cuda-graph --json > "$OUT/r/graph-$k.json" 2>>"$OUT/r/repro-err.txt"; done
-  log ncu; ncu --clock-control none --metrics gpu__time_duration.sum --csv python3 $B/ncu_ops.py > "$OUT/r/ncu.csv" 2> "$OUT/r/ncu-err.txt"
+  log ncu; timeout 120 ncu --clock-control none --metrics gpu__time_duration.sum --csv python3 $B/ncu_ops.py > "$OUT/r/ncu.csv" 2> "$OUT/r/ncu-err.txt"
+fi
+if [ "$PART" = auto ]; then
+  log auto; run_t "$OUT/r/auto.txt" $KG evaluate problems/core/rmsnorm_bf16_qwen2_5_0_5b --solution reference --device auto --max-workloads 2 -o "$OUT/r/auto.jsonl"
+fi
+if [ "$PART" = corpus ]; then
+  log validate; run_t "$OUT/r/validate.txt" $KG dataset validate problems/core --device cuda:0
+  log core-ref; run_t "$OUT/r/core-ref.txt" $KG run problems/core --device cuda:0 -o "$OUT/r/core-ref"
+  log core-bundled; run_t "$OUT/r/core-bundled.txt" $KG run problems/core --solutions bundled --device cuda:0 -o "$OUT/r/core-bundled"
 fi
 if [ "$PART" = cpp ]; then
   for d in $EX/cuda_cpp_*; do n=$(basename $d); log "$n"
     run_t "$OUT/r/sol-$n.txt" $KG evaluate $d --solution $(sol_of $d) --device cuda:0 --compile-timeout 300 -o "$OUT/r/sol-$n.jsonl"; done
+fi
+if [ "$PART" = bundled ]; then
+  log core-bundled; run_t "$OUT/r/core-bundled.txt" $KG run problems/core --solutions bundled --device cuda:0 -o "$OUT/r/core-bundled"
+fi
+if [ "$PART" = release ]; then
+  log release; run_t "$OUT/r/release.txt" env CARGO_MANIFEST_DIR="$PWD/xtask" "$XTASK" release --corpus problems/core --hardware h200 --device cuda:0 --kg-bench "$(realpath $KG)" --python python3 -o "$OUT/r/rel"
+  log score-official; run_t "$OUT/r/score-official.txt" $KG score official "$OUT/r/rel/release-bundle.json"
+fi
+if [ "$PART" = redteam ]; then
+  log redteam; run_t "$OUT/r/redteam.txt" env CARGO_MANIFEST_DIR="$PWD/xtask" "$XTASK" redteam --device cuda:0 --kg-bench "$(realpath $KG)" --python python3
 fi
 log done
 tar czf "$OUT/results.tgz" -C "$OUT" r log.txt

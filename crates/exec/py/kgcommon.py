@@ -297,10 +297,17 @@ def _sync(dev):
         torch.cuda.synchronize(dev)
 
 
-def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None):
+def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, after=None):
     """Times `call(args)` over rotating argument sets.
 
+    `after(args, result)`, when given, runs after each timed call, outside the timed span (not
+    for cuda_graph): the candidate stashes a copy of its outputs there and drops the originals,
+    so its next call reuses that memory just as a reference whose outputs are dropped does.
+
     cpu_wall: perf_counter around each synchronous call.
+    cupti: as device_event_sync, with the CUDA activity profiler (CUPTI) recording every device
+      activity; notes["cupti_ms"] gets each call's device span (cupti_spans), or
+      notes["cupti_fallback"] says why not. The returned times are the event times either way.
     device_event_sync: per iteration an L2 flush, a device-wide sync, a short spin kernel (so the
       start event and the call are queued before the GPU reaches them), a start event, the call,
       a device-wide sync (so work on any stream is finished), an end event. The fixed cost of the
@@ -324,9 +331,12 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None):
         for i in range(iterations):
             args = arg_sets[i % n]
             t0 = time.perf_counter()
-            call(args)
+            r = call(args)
             _sync(dev)
             times.append((time.perf_counter() - t0) * 1e3)
+            if after is not None:
+                after(args, r)
+            del r
             if budget_s is not None and len(times) >= 3 and time.perf_counter() - t_start > budget_s:
                 break
         return times, notes
@@ -375,28 +385,169 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None):
         spin = getattr(torch.cuda, "_sleep", None)
         notes["launch_gap_hidden"] = spin is not None
 
-        def bracket(fn, count):
+        def bracket(fn, count, post=None, mark=False):
             starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
             ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
             for i in range(count):
                 flush.zero_()
                 torch.cuda.synchronize()
                 if spin is not None:
-                    spin(100_000)
+                    spin(SPIN_CYCLES)
                 starts[i].record()
-                fn(i)
+                r = fn(i)
                 torch.cuda.synchronize()
                 ends[i].record()
+                if mark:
+                    spin(1)  # closes this call's CUPTI records before our own copies in `post`
+                if post is not None:
+                    post(i, r)
+                del r
             torch.cuda.synchronize()
             return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
         empty = bracket(lambda i: None, max(20, min(iterations, 100)))
         overhead = statistics.median(empty)
-        raw = bracket(lambda i: call(arg_sets[i % n]), iterations)
+        post = (lambda i, r: after(arg_sets[i % n], r)) if after is not None else None
+        prof = None
+        if method == "cupti":
+            prof, why = _cupti_start()
+            if prof is None:
+                notes["cupti_fallback"] = why
+        try:
+            raw = bracket(lambda i: call(arg_sets[i % n]), iterations, post, mark=prof is not None and spin is not None)
+        finally:
+            events = _cupti_stop(prof) if prof is not None else None
         notes["bracket_overhead_ms"] = overhead
         notes["raw_median_ms"] = statistics.median(raw)
+        if events is not None:
+            spans, why = cupti_spans(events, len(raw), spin is not None)
+            if spans is None:
+                notes["cupti_fallback"] = why
+            else:
+                notes["cupti_ms"] = spans
         del flush
         return [max(t - overhead, 0.0) for t in raw], notes
+
+
+# ~50 us at 2 GHz: longer than the host needs to record the start event and launch a call.
+SPIN_CYCLES = 100_000
+
+# A kernel that starts within this long after the spin kernel ends was queued behind it; a
+# later first start means host work inside the call kept the GPU idle, and that time counts.
+CUPTI_QUEUE_GAP_NS = 5_000
+
+
+def cupti_warmup(dev):
+    """Starts and stops the CUDA activity profiler once, so its one-time start-up (about a
+    second) never falls inside a workload's timing. Returns None, or why CUPTI is unusable."""
+    import torch
+
+    prof, why = _cupti_start()
+    if prof is None:
+        return why
+    torch.zeros(1, device=dev).add_(1)
+    torch.cuda.synchronize()
+    ev = _cupti_stop(prof)
+    if not any(_is_device_activity(e) for e in ev):
+        return "the CUDA activity profiler recorded no device activity"
+    return None
+
+
+def _cupti_start():
+    """Starts CUPTI activity recording through torch's low-level Kineto bindings (the
+    torch.profiler wrapper post-processes every event in Python, seconds per workload)."""
+    try:
+        from torch._C._autograd import _enable_profiler, _prepare_profiler
+        from torch._C._profiler import ProfilerActivity, ProfilerConfig, ProfilerState, _ExperimentalConfig
+
+        cfg = ProfilerConfig(ProfilerState.KINETO, False, False, False, False, False, _ExperimentalConfig())
+        acts = {ProfilerActivity.CUDA}
+        _prepare_profiler(cfg, acts)
+        _enable_profiler(cfg, acts)
+        return True, None
+    except Exception as e:
+        return None, f"CUDA activity profiler unavailable: {type(e).__name__}: {e}"
+
+
+def _cupti_stop(prof):
+    try:
+        from torch._C._autograd import _disable_profiler
+
+        return list(_disable_profiler().events())
+    except Exception:
+        return []
+
+
+def _is_device_activity(e):
+    try:
+        return str(e.device_type()).endswith("CUDA") and not e.is_user_annotation()
+    except Exception:
+        return False
+
+
+def cupti_spans(events, count, spun):
+    """Per timed call, the span of its device activity (kernels, copies, memsets on any stream)
+    from CUPTI records: from the first start to the last end, counted from the end of our spin
+    kernel when the first start came later than a queued launch would (host work in the call).
+
+    Calls are told apart by launch order (correlation ids): each call's activities lie between
+    its spin kernel and the one-cycle spin launched right after its end event. Returns
+    (spans_ms, None) or (None, why) when the records cannot be split unambiguously."""
+    if not spun:
+        return None, "no spin kernel to delimit calls"
+    acts = []
+    for e in events:
+        if _is_device_activity(e):
+            acts.append((int(e.correlation_id()), int(e.start_ns()), int(e.end_ns()), e.name()))
+    acts.sort()
+    spins = [k for k, a in enumerate(acts) if "spin_kernel" in a[3]]
+    if len(spins) != 2 * count:
+        return None, f"found {len(spins)} spin kernels in the CUPTI records, {2 * count} expected for {count} timed calls"
+    spans = []
+    for j in range(count):
+        k, stop = spins[2 * j], spins[2 * j + 1]
+        mine = acts[k + 1: stop]
+        if not mine:
+            return None, f"timed call {j} has no device activity in the CUPTI records"
+        spin_end = acts[k][2]
+        first = min(a[1] for a in mine)
+        last = max(a[2] for a in mine)
+        start = first if first - spin_end <= CUPTI_QUEUE_GAP_NS else spin_end
+        spans.append(max(last - start, 0) / 1e6)
+    return spans, None
+
+
+def alloc_like_spec(outputs, dev):
+    """Empty tensors for output specs ({"shape", "dtype"}); on the CPU their pages are touched
+    now, so a first write inside a timed call pays no page faults."""
+    import torch
+
+    outs = [torch.empty(o["shape"] if o["shape"] is not None else [], dtype=torch_dtype(o["dtype"]), device=dev)
+            for o in outputs]
+    if dev.type == "cpu":
+        for o in outs:
+            if o.numel():
+                o.view(-1).view(torch.uint8).zero_()
+    return outs
+
+
+def stash_outputs(res, bufs):
+    """Copies value-returned outputs into preallocated buffers, outside the timed span, so the
+    originals can be freed and the next call reuses their memory (keeping every original, or
+    cloning each, made calls up to 3x slower on the CPU than a caller that drops them).
+    Returns the buffers, or `res` itself when anything does not match exactly (wrong count,
+    shape, dtype or a non-plain tensor), so the judge still sees what was returned."""
+    import torch
+
+    vals = list(res) if isinstance(res, (list, tuple)) else [res]
+    if len(vals) != len(bufs):
+        return res
+    for v, b in zip(vals, bufs):
+        if type(v) is not torch.Tensor or v.shape != b.shape or v.dtype != b.dtype or v.device != b.device:
+            return res
+    for v, b in zip(vals, bufs):
+        b.copy_(v)
+    return bufs
 
 
 def finite_or_none(x):

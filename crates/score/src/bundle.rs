@@ -125,6 +125,24 @@ fn check(root: &Path, r: &FileRef) -> Result<PathBuf, ScoreError> {
     Ok(p)
 }
 
+/// Scores agree when the workload count and problem names are equal and every figure agrees
+/// to 1e-12 relative: a bundle written by a build whose JSON float parsing was not exact
+/// (before `float_roundtrip`) differs from a recomputation in the last bit, and such a
+/// difference says nothing about the traces.
+fn same_score(a: &RecordedScore, b: &RecordedScore) -> bool {
+    let close = |x: f64, y: f64| (x - y).abs() <= SCORE_REL_TOL * x.abs().max(y.abs()).max(1e-300);
+    a.workloads == b.workloads
+        && close(a.overall, b.overall)
+        && a.problems.len() == b.problems.len()
+        && a
+            .problems
+            .iter()
+            .all(|(k, v)| b.problems.get(k).is_some_and(|w| close(*v, *w)))
+}
+
+/// See `same_score`.
+const SCORE_REL_TOL: f64 = 1e-12;
+
 fn recorded(report: &ScoreReport) -> RecordedScore {
     RecordedScore {
         overall: report.overall,
@@ -303,7 +321,7 @@ pub fn verify(path: &Path) -> Result<(ReleaseBundle, ScoreReport), ScoreError> {
         ));
     }
     let got = recorded(&report);
-    if got != bundle.score {
+    if !same_score(&got, &bundle.score) {
         return Err(mismatch(
             "score",
             format!(
@@ -313,4 +331,33 @@ pub fn verify(path: &Path) -> Result<(ReleaseBundle, ScoreReport), ScoreError> {
         ));
     }
     Ok((bundle, report))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn score(overall: f64, p: f64) -> RecordedScore {
+        RecordedScore {
+            overall,
+            problems: [("a".to_string(), p)].into_iter().collect(),
+            workloads: 3,
+        }
+    }
+
+    #[test]
+    fn last_bit_differences_agree_real_ones_do_not() {
+        // The H200 release of 2026-11-30: written with inexact float parsing, recomputed exactly.
+        let a = score(0.433_561_775_189_592_27, 0.5);
+        let b = score(0.433_561_775_189_592_4, 0.5);
+        assert!(same_score(&a, &b));
+        assert!(!same_score(&a, &score(0.433_562, 0.5)));
+        assert!(!same_score(&a, &score(0.433_561_775_189_592_27, 0.500_001)));
+        let mut fewer = a.clone();
+        fewer.workloads = 2;
+        assert!(!same_score(&a, &fewer));
+        let mut renamed = a.clone();
+        renamed.problems = [("b".to_string(), 0.5)].into_iter().collect();
+        assert!(!same_score(&a, &renamed));
+    }
 }
