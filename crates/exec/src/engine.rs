@@ -216,7 +216,10 @@ fn choose_times(
     }
     let spans = |v: &Value| -> Result<Vec<f64>, String> {
         let notes = v.get("notes");
-        if let Some(a) = notes.and_then(|n| n.get("cupti_ms")).and_then(Value::as_array) {
+        if let Some(a) = notes
+            .and_then(|n| n.get("cupti_ms"))
+            .and_then(Value::as_array)
+        {
             return Ok(a.iter().filter_map(Value::as_f64).collect());
         }
         Err(notes
@@ -1337,4 +1340,62 @@ pub fn status_counts(traces: &[Trace]) -> IndexMap<String, usize> {
         }
     }
     m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(cupti: Option<&[f64]>, fallback: Option<&str>) -> Value {
+        let mut notes = serde_json::Map::new();
+        if let Some(c) = cupti {
+            notes.insert("cupti_ms".into(), json!(c));
+        }
+        if let Some(f) = fallback {
+            notes.insert("cupti_fallback".into(), json!(f));
+        }
+        json!({"notes": notes})
+    }
+
+    #[test]
+    fn cupti_spans_are_used_only_when_both_sides_have_them() {
+        let ev = vec![0.0065, 0.0066, 0.0064];
+        let c = reply(Some(&[0.0052, 0.0051, 0.0053]), None);
+        let r = reply(Some(&[0.0050, 0.0052, 0.0051]), None);
+        let (m, ct, rt, note) = choose_times(TimingMethod::Cupti, &c, &r, ev.clone(), ev.clone());
+        assert_eq!(m, TimingMethod::Cupti);
+        assert_eq!((ct[0], rt[0]), (0.0052, 0.0050));
+        assert!(note.is_none());
+
+        let r_none = reply(None, Some("CUDA activity profiler unavailable: X"));
+        let (m, ct, _, note) =
+            choose_times(TimingMethod::Cupti, &c, &r_none, ev.clone(), ev.clone());
+        assert_eq!(m, TimingMethod::DeviceEventSync);
+        assert_eq!(ct, ev);
+        assert!(note.is_some_and(|n| n.contains("reference: CUDA activity profiler unavailable")));
+    }
+
+    #[test]
+    fn candidate_spans_far_below_its_event_brackets_are_refused() {
+        // A candidate that forges tiny CUPTI spans while its bracketed calls take 1 ms.
+        let ev = vec![1.0, 1.0, 1.0];
+        let c = reply(Some(&[0.001, 0.001, 0.001]), None);
+        let r = reply(Some(&[0.9, 0.9, 0.9]), None);
+        let (m, ct, _, note) = choose_times(TimingMethod::Cupti, &c, &r, ev.clone(), ev.clone());
+        assert_eq!(m, TimingMethod::DeviceEventSync);
+        assert_eq!(ct, ev);
+        assert!(note.is_some_and(|n| n.contains("far below")));
+        // A span count that does not match the timed calls is not used either.
+        let short = reply(Some(&[0.9]), None);
+        let (m, ..) = choose_times(TimingMethod::Cupti, &short, &r, ev.clone(), ev.clone());
+        assert_eq!(m, TimingMethod::DeviceEventSync);
+    }
+
+    #[test]
+    fn other_methods_pass_through() {
+        let ev = vec![0.5];
+        let c = reply(Some(&[0.1]), None);
+        let (m, ct, ..) = choose_times(TimingMethod::CudaGraph, &c, &c, ev.clone(), ev.clone());
+        assert_eq!((m, ct), (TimingMethod::CudaGraph, ev));
+    }
 }

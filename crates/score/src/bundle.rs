@@ -134,8 +134,7 @@ fn same_score(a: &RecordedScore, b: &RecordedScore) -> bool {
     a.workloads == b.workloads
         && close(a.overall, b.overall)
         && a.problems.len() == b.problems.len()
-        && a
-            .problems
+        && a.problems
             .iter()
             .all(|(k, v)| b.problems.get(k).is_some_and(|w| close(*v, *w)))
 }

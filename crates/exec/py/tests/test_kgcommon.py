@@ -1,0 +1,141 @@
+"""Unit tests of the worker helpers that need no GPU: CUPTI record splitting and output stashes.
+
+CUPTI records are modelled by small objects with the accessors torch's Kineto events have.
+"""
+
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import kgcommon as kg  # noqa: E402
+
+
+class Ev:
+    def __init__(self, corr, start, end, name, device="DeviceType.CUDA", annotation=False):
+        self.c, self.s, self.e, self.n, self.d, self.a = corr, start, end, name, device, annotation
+
+    def correlation_id(self):
+        return self.c
+
+    def start_ns(self):
+        return self.s
+
+    def end_ns(self):
+        return self.e
+
+    def name(self):
+        return self.n
+
+    def device_type(self):
+        return self.d
+
+    def is_user_annotation(self):
+        return self.a
+
+
+def call_records(corr, t, kernels, flush=True):
+    """One timed call as the harness launches it: flush, spin (50 us), the call's kernels
+    [(offset after spin end, duration)], the closing one-cycle spin."""
+    ev = []
+    if flush:
+        ev.append(Ev(corr, t, t + 80_000, "vectorized_elementwise_kernel<FillFunctor>"))
+        corr += 1
+        t += 90_000
+    spin_end = t + 50_000
+    ev.append(Ev(corr, t, spin_end, "spin_kernel"))
+    corr += 1
+    last = spin_end
+    for off, dur in kernels:
+        ev.append(Ev(corr, spin_end + off, spin_end + off + dur, "candidate_kernel"))
+        last = max(last, spin_end + off + dur)
+        corr += 1
+    ev.append(Ev(corr, last + 20_000, last + 21_000, "spin_kernel"))
+    # our own output copy after the call, which must not count
+    ev.append(Ev(corr + 1, last + 22_000, last + 40_000, "Memcpy DtoD (Device -> Device)"))
+    return ev, corr + 2, last + 100_000
+
+
+def records(calls):
+    ev, corr, t = [], 1, 1_000_000
+    for kernels in calls:
+        e, corr, t = call_records(corr, t, kernels)
+        ev += e
+    return ev
+
+
+def test_span_runs_from_first_start_to_last_end_across_streams():
+    # second call: two kernels, the second on a side stream overlapping the first
+    ev = records([[(1_000, 5_000)], [(1_200, 4_000), (3_000, 6_000)]])
+    spans, why = kg.cupti_spans(ev, 2, True)
+    assert why is None
+    assert spans == pytest.approx([0.005, (9_000 - 1_200) / 1e6])
+
+
+def test_our_copies_after_the_call_are_not_counted():
+    ev = records([[(1_000, 5_000)]])
+    spans, _ = kg.cupti_spans(ev, 1, True)
+    assert spans == pytest.approx([0.005])  # not the trailing memcpy
+
+
+def test_host_work_that_delays_the_first_kernel_is_counted_from_the_spin_end():
+    # the call's first kernel starts 30 us after the spin: host work inside the call
+    ev = records([[(30_000, 5_000)]])
+    spans, _ = kg.cupti_spans(ev, 1, True)
+    assert spans == pytest.approx([0.035])
+
+
+def test_host_and_annotation_records_are_ignored():
+    ev = records([[(1_000, 5_000)]])
+    ev.append(Ev(3, 0, 10**9, "aten::add", device="DeviceType.CPU"))
+    ev.append(Ev(3, 0, 10**9, "kg_user_range", annotation=True))
+    spans, _ = kg.cupti_spans(ev, 1, True)
+    assert spans == pytest.approx([0.005])
+
+
+def test_unsplittable_records_fall_back_with_a_reason():
+    ev = records([[(1_000, 5_000)], [(1_000, 5_000)]])
+    spans, why = kg.cupti_spans(ev, 3, True)
+    assert spans is None and "spin kernels" in why
+    # a call with no device activity at all (work done on the host) cannot be timed by CUPTI
+    ev = records([[]])
+    spans, why = kg.cupti_spans(ev, 1, True)
+    assert spans is None and "no device activity" in why
+    spans, why = kg.cupti_spans(records([[(1_000, 5_000)]]), 1, False)
+    assert spans is None and "spin" in why
+
+
+def test_a_candidate_spin_kernel_breaks_the_split_rather_than_shortening_it():
+    ev = records([[(1_000, 5_000)]])
+    ev.append(Ev(4, 0, 1, "spin_kernel"))
+    spans, why = kg.cupti_spans(ev, 1, True)
+    assert spans is None and "3 spin kernels" in why
+
+
+def test_stash_copies_matching_outputs_and_keeps_mismatches_visible():
+    dev = torch.device("cpu")
+    bufs = kg.alloc_like_spec([{"shape": [2, 3], "dtype": "float32"}, {"shape": None, "dtype": "int64"}], dev)
+    assert [tuple(b.shape) for b in bufs] == [(2, 3), ()]
+    out = (torch.arange(6, dtype=torch.float32).view(2, 3), torch.tensor(7))
+    got = kg.stash_outputs(out, bufs)
+    assert got is bufs and torch.equal(bufs[0], out[0]) and int(bufs[1]) == 7
+    wrong_shape = [torch.zeros(3, 2), torch.tensor(7)]
+    assert kg.stash_outputs(wrong_shape, bufs) is wrong_shape
+    wrong_dtype = [torch.zeros(2, 3, dtype=torch.float64), torch.tensor(7)]
+    assert kg.stash_outputs(wrong_dtype, bufs) is wrong_dtype
+    assert kg.stash_outputs([out[0]], bufs) == [out[0]]  # wrong count
+
+    class Sub(torch.Tensor):
+        pass
+
+    sub = [torch.zeros(2, 3).as_subclass(Sub), torch.tensor(7)]
+    assert kg.stash_outputs(sub, bufs) is sub  # a subclass reaches the judge as is
+
+
+def test_cpu_timing_calls_after_outside_the_timed_span():
+    seen = []
+    times, _ = kg.time_calls(lambda a: a * 2, [1, 2, 3], torch.device("cpu"), 0, 3, "cpu_wall",
+                             None, lambda a, r: seen.append((a, r)))
+    assert len(times) == 3 and seen == [(1, 2), (2, 4), (3, 6)]
