@@ -288,6 +288,43 @@ fn evaluate_writes_traces_and_prints_json() {
     assert!(stderr(&o).contains("no-such-uuid"));
 }
 
+#[test]
+fn evaluate_solution_reference_times_the_reference_against_itself() {
+    let Some(py) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let o = kg(&py, tmp.path())
+        .args(["evaluate"])
+        .arg(fixtures().join("corpus/add"))
+        .args(["--solution", "reference", "--json"])
+        .args(FAST)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    let printed: Vec<Trace> = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(printed.len(), 2);
+    for t in &printed {
+        assert_eq!(t.solution.as_deref(), Some("reference"));
+        let e = t.evaluation.as_ref().expect("an evaluated trace");
+        assert_eq!(e.status, Status::Passed);
+        let p = e
+            .performance
+            .as_ref()
+            .expect("a PASSED trace has performance");
+        assert!(p.latency_ms > 0.0 && p.reference_latency_ms > 0.0);
+    }
+    // A file named `reference` that exists is read as a solution file, not the shorthand.
+    std::fs::write(tmp.path().join("reference"), "not json").unwrap();
+    let o = kg(&py, tmp.path())
+        .current_dir(tmp.path())
+        .args(["evaluate"])
+        .arg(fixtures().join("corpus/add"))
+        .args(["--solution", "reference"])
+        .args(FAST)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "stderr: {}", stderr(&o));
+}
+
 fn kill_mid_run(
     signal: &str,
 ) -> (
