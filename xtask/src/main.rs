@@ -6,7 +6,8 @@
 //! - `schemas [--check]`: write (or check) `docs/schemas/*.json` from kg-contract.
 //! - `device-bundle DIR`: release binaries copied into DIR, for carrying to a GPU machine.
 //! - `release ...`: a scored, hash-bound release bundle of a corpus (see `release.rs`).
-//! - `redteam [--device cpu|cuda:N]`: the adversarial corpus against kg-bench (see `redteam.rs`).
+//! - `redteam [--device cpu|cuda:N]`: the adversarial corpus against kg-bench (see `redteam.rs`);
+//!   `test` runs it on the CPU.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -170,6 +171,14 @@ fn test(root: &Path) -> Result<()> {
             .args(["-m", "pytest", "-q"])
             .arg(&py_tests))?;
     }
+    // The red-team corpus on the CPU (about 5 minutes): every adversarial case caught, every
+    // honest one PASSED, nothing left running, problem directories untouched.
+    step("cargo xtask redteam --device cpu");
+    let python_arg = python.to_string_lossy().into_owned();
+    redteam::redteam(
+        root,
+        &["--device".into(), "cpu".into(), "--python".into(), python_arg],
+    )?;
     eprintln!("all checks passed");
     Ok(())
 }
