@@ -177,7 +177,12 @@ fn test(root: &Path) -> Result<()> {
     let python_arg = python.to_string_lossy().into_owned();
     redteam::redteam(
         root,
-        &["--device".into(), "cpu".into(), "--python".into(), python_arg],
+        &[
+            "--device".into(),
+            "cpu".into(),
+            "--python".into(),
+            python_arg,
+        ],
     )?;
     eprintln!("all checks passed");
     Ok(())
