@@ -36,6 +36,7 @@ def _guarded():
         "kgcommon.cupti_spans": kg.cupti_spans,
         "kgcommon._cupti_start": kg._cupti_start,
         "kgcommon._cupti_stop": kg._cupti_stop,
+        "torch._C._autograd._disable_profiler": torch._C._autograd._disable_profiler,
         "torch.cuda.synchronize": torch.cuda.synchronize,
         "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,
         "torch.cuda.Event.record": torch.cuda.Event.record,

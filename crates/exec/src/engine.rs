@@ -260,10 +260,11 @@ fn choose_times(
 }
 
 /// A candidate's CUPTI median may not fall below this share of its event median (less a
-/// slack for the launch gap the events include), or its spans are not believed.
+/// slack for the launch gap the events include, ~1.5 µs on an H200), or its spans are not
+/// believed. The slack bounds how much a forged span can gain on a kernel of a few µs.
 const CUPTI_MIN_RATIO: f64 = 0.5;
 /// See `CUPTI_MIN_RATIO` (ms).
-const CUPTI_SLACK_MS: f64 = 0.010;
+const CUPTI_SLACK_MS: f64 = 0.002;
 
 /// Fixed glibc malloc thresholds for CPU workers: blocks up to 32 MiB (glibc's maximum mmap
 /// threshold) come from the heap, and freed heap memory is kept rather than returned.
@@ -1388,6 +1389,31 @@ mod tests {
         // A span count that does not match the timed calls is not used either.
         let short = reply(Some(&[0.9]), None);
         let (m, ..) = choose_times(TimingMethod::Cupti, &short, &r, ev.clone(), ev.clone());
+        assert_eq!(m, TimingMethod::DeviceEventSync);
+    }
+
+    #[test]
+    fn forged_spans_on_a_few_microsecond_kernel_are_refused() {
+        // Events 6.5 us (a 5 us add plus the launch gap): honest spans of 5 us pass, spans
+        // forged down to 0.1 us do not.
+        let ev = vec![0.0065, 0.0066, 0.0064];
+        let honest = reply(Some(&[0.0050, 0.0049, 0.0051]), None);
+        let forged = reply(Some(&[0.0001, 0.0001, 0.0001]), None);
+        let (m, ..) = choose_times(
+            TimingMethod::Cupti,
+            &honest,
+            &honest,
+            ev.clone(),
+            ev.clone(),
+        );
+        assert_eq!(m, TimingMethod::Cupti);
+        let (m, ..) = choose_times(
+            TimingMethod::Cupti,
+            &forged,
+            &honest,
+            ev.clone(),
+            ev.clone(),
+        );
         assert_eq!(m, TimingMethod::DeviceEventSync);
     }
 
