@@ -325,6 +325,35 @@ fn evaluate_solution_reference_times_the_reference_against_itself() {
     assert_eq!(o.status.code(), Some(2), "stderr: {}", stderr(&o));
 }
 
+#[test]
+fn candidate_environment_is_allow_listed() {
+    let Some(py) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |secret: bool| {
+        let mut c = kg(&py, tmp.path());
+        c.env("TRITON_KGTEST_VISIBLE", "1");
+        if secret {
+            c.env("KGTEST_SECRET_TOKEN", "hunter2");
+        }
+        c.args(["evaluate"])
+            .arg(fixtures().join("corpus/add"))
+            .arg("--solution")
+            .arg(fixtures().join("env/env_probe.json"))
+            .args(["--json"])
+            .args(FAST)
+            .output()
+            .unwrap()
+    };
+    let o = run(true);
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    let printed: Vec<Trace> = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(printed.iter().all(|t| {
+        t.evaluation
+            .as_ref()
+            .is_some_and(|e| e.status == Status::Passed)
+    }));
+}
+
 fn kill_mid_run(
     signal: &str,
 ) -> (

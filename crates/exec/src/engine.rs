@@ -432,6 +432,7 @@ impl Session {
 
     fn spec(&self, label: &str, script: &str, cwd: &Path) -> WorkerSpec {
         WorkerSpec {
+            allow_listed_env: label == "candidate",
             python: self.python.path.clone(),
             script: self.dir.path().join(script),
             cwd: cwd.to_path_buf(),

@@ -68,9 +68,76 @@ pub fn dual_clock_violation(
     ))
 }
 
+/// Variables a candidate worker inherits from kg-bench's environment, by exact name.
+const ENV_EXACT: [&str; 24] = [
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "TERM",
+    "TZ",
+    "LANG",
+    "LANGUAGE",
+    "TMPDIR",
+    "LD_LIBRARY_PATH",
+    "LIBRARY_PATH",
+    "CPATH",
+    "CC",
+    "CXX",
+    "NVCC",
+    "MAX_JOBS",
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+    "XDG_CACHE_HOME",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "ROCM_PATH",
+    "HIP_PATH",
+];
+/// ... and by prefix: locale, GPU runtimes and compilers, the frameworks' own settings,
+/// thread counts, kernelgate's own markers.
+const ENV_PREFIXES: [&str; 15] = [
+    "LC_", "CUDA_", "NVIDIA_", "ROCM_", "HIP_", "HSA_", "ROCR_", "AMD_", "TRITON_", "TORCH_",
+    "PYTORCH_", "CUBLAS", "OMP_", "MKL_", "KG_",
+];
+
+/// Whether a candidate worker may inherit the variable `name`: an allow-list, so tokens and
+/// credentials in kg-bench's environment (cloud keys, CI secrets) never reach untrusted code.
+/// The candidate runs Python with `-I`, which ignores `PYTHON*` variables anyway.
+pub fn worker_env_allowed(name: &str) -> bool {
+    ENV_EXACT.contains(&name) || ENV_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn worker_env_allow_list() {
+        for ok in [
+            "PATH",
+            "HOME",
+            "CUDA_VISIBLE_DEVICES",
+            "TRITON_INTERPRET",
+            "LC_ALL",
+            "KG_WORKER_TAG",
+            "HIP_VISIBLE_DEVICES",
+        ] {
+            assert!(worker_env_allowed(ok), "{ok}");
+        }
+        for no in [
+            "AWS_SECRET_ACCESS_KEY",
+            "GITHUB_TOKEN",
+            "OPENAI_API_KEY",
+            "PYTHONPATH",
+            "SSH_AUTH_SOCK",
+            "PATHX",
+            "HOMEBREW",
+        ] {
+            assert!(!worker_env_allowed(no), "{no}");
+        }
+    }
 
     #[test]
     fn spread_matches_python_inclusive_quartiles() {

@@ -379,6 +379,9 @@ pub struct WorkerSpec {
     pub cwd: PathBuf,
     /// Extra environment variables.
     pub env: Vec<(String, String)>,
+    /// Pass on only the variables `crate::integrity::worker_env_allowed` accepts (untrusted
+    /// candidates); otherwise the whole environment is inherited (the trusted judge).
+    pub allow_listed_env: bool,
     /// Directory for the socket (private, short path).
     pub socket_dir: PathBuf,
     /// A short label used in names and logs (`judge`, `candidate`).
@@ -427,6 +430,14 @@ impl Worker {
                 source,
             })?;
         let mut cmd = Command::new(&spec.python);
+        if spec.allow_listed_env {
+            cmd.env_clear();
+            for (k, v) in std::env::vars_os() {
+                if k.to_str().is_some_and(crate::integrity::worker_env_allowed) {
+                    cmd.env(k, v);
+                }
+            }
+        }
         cmd.arg("-I")
             .arg("-B")
             .arg(&spec.script)
