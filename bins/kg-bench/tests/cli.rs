@@ -311,6 +311,12 @@ fn evaluate_solution_reference_times_the_reference_against_itself() {
             .as_ref()
             .expect("a PASSED trace has performance");
         assert!(p.latency_ms > 0.0 && p.reference_latency_ms > 0.0);
+        // Where the harness time goes, per workload (issue 4's overhead benchmark reads it).
+        assert!(
+            e.log.contains("harness: phases: correctness rounds"),
+            "log: {}",
+            e.log
+        );
     }
     // A file named `reference` that exists is read as a solution file, not the shorthand.
     std::fs::write(tmp.path().join("reference"), "not json").unwrap();

@@ -863,7 +863,8 @@ impl Session {
         cand: &mut Worker,
         xfer: &Path,
     ) -> Result<Outcome, ExecError> {
-        let deadline = Instant::now() + self.opts.timeout;
+        let t_workload = Instant::now();
+        let deadline = t_workload + self.opts.timeout;
         let tol = w.workload.tolerance();
         let tol_json = serde_json::to_value(tol).unwrap_or(Value::Null);
         let outputs = Self::output_specs(problem, w);
@@ -985,6 +986,7 @@ impl Session {
             None
         };
         let clones = if self.opts.device.is_cpu() { 1 } else { 4 };
+        let rounds_s = t_workload.elapsed().as_secs_f64();
         let tr = match self.timed_calls(
             problem,
             w,
@@ -1025,12 +1027,14 @@ impl Session {
             "iterations": iterations.max(1), "method": method_name,
             "budget_s": budget, "clones": clones,
         });
+        let t_ref = Instant::now();
         let rr = match self.judge_request(&rreq, deadline) {
             Ok(r) if reply_ok(&r) => r,
             Ok(r) => return Ok(Outcome::fail(Status::InvalidReference, reply_message(&r))),
             Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
             Err(JudgeFail::Other(m)) => return Ok(Outcome::fail(Status::InvalidReference, m)),
         };
+        let ref_s = t_ref.elapsed().as_secs_f64();
         let times_of = |v: &Value| -> Vec<f64> {
             v.get("times_ms")
                 .and_then(Value::as_array)
@@ -1070,6 +1074,17 @@ impl Session {
             log.push_str(&format!(
                 "harness: dual clock: candidate reported {:.3} ms over {iterations} timed call(s) with distinct inputs; parent wall time {wall:.3} ms\n",
                 sum_ms(&tr)
+            ));
+        }
+        if let Some(p) = tr.get("phases_s") {
+            let f = |k: &str| p.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+            log.push_str(&format!(
+                "harness: phases: correctness rounds {rounds_s:.3} s; timed inputs prepared {:.3} s; candidate load + warm-up {:.3} s; timed batch {:.3} s; sampled re-checks {:.3} s; reference timing {:.3} s\n",
+                f("prepare"),
+                f("load"),
+                f("batch"),
+                f("checks"),
+                ref_s
             ));
         }
         if let Some(n) = cupti_note {
@@ -1123,6 +1138,7 @@ impl Session {
         let tol_json = serde_json::to_value(w.workload.tolerance()).unwrap_or(Value::Null);
         let gpu = !self.opts.device.is_cpu();
         let timed_in = xfer.join("in_timed.pt");
+        let t_prep = Instant::now();
         let preq = json!({
             "op": "prepare_timed", "workload": w.workload, "path": timed_in,
             "input_shapes": shapes_json(&w.resolved.inputs), "axes": w.resolved.axes,
@@ -1135,6 +1151,8 @@ impl Session {
             Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
             Err(JudgeFail::Other(m)) => return Ok(Timed::fail(Status::InvalidReference, m)),
         }
+        let prep_s = t_prep.elapsed().as_secs_f64();
+        let t_load = Instant::now();
         let lreq = json!({
             "op": "time_load", "in": last_in, "timed_in": timed_in, "outputs": outputs,
             "warmup": self.opts.warmup, "budget_s": budget,
@@ -1146,6 +1164,7 @@ impl Session {
             })));
         }
         let _ = std::fs::remove_file(&timed_in);
+        let load_s = t_load.elapsed().as_secs_f64();
         let treq = json!({
             "op": "time", "iterations": self.opts.iterations.max(1),
             "method": method_name, "budget_s": budget,
@@ -1161,6 +1180,7 @@ impl Session {
             }
         };
         let outside_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let t_checks = Instant::now();
         if let Some(m) = tr.get("reward_hack").and_then(Value::as_str) {
             return Ok(Timed::fail(Status::RewardHack, m.to_string()));
         }
@@ -1230,6 +1250,11 @@ impl Session {
         let mut tr = tr;
         if let Some(o) = tr.as_object_mut() {
             o.insert("outside_ms".into(), json!(outside_ms));
+            o.insert(
+                "phases_s".into(),
+                json!({"prepare": prep_s, "load": load_s, "batch": outside_ms / 1e3,
+                       "checks": t_checks.elapsed().as_secs_f64()}),
+            );
         }
         Ok(Timed::Ok(tr))
     }
