@@ -96,10 +96,11 @@ const ENV_EXACT: [&str; 24] = [
     "HIP_PATH",
 ];
 /// ... and by prefix: locale, GPU runtimes and compilers, the frameworks' own settings,
-/// thread counts, kernelgate's own markers.
-const ENV_PREFIXES: [&str; 15] = [
+/// thread counts, kernelgate's own markers, and the Python environment managers whose
+/// interpreter launchers (pyenv shims, conda) need their variables.
+const ENV_PREFIXES: [&str; 17] = [
     "LC_", "CUDA_", "NVIDIA_", "ROCM_", "HIP_", "HSA_", "ROCR_", "AMD_", "TRITON_", "TORCH_",
-    "PYTORCH_", "CUBLAS", "OMP_", "MKL_", "KG_",
+    "PYTORCH_", "CUBLAS", "OMP_", "MKL_", "KG_", "PYENV", "CONDA_",
 ];
 
 /// Whether a candidate worker may inherit the variable `name`: an allow-list, so tokens and
