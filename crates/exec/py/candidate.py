@@ -261,8 +261,6 @@ def _load_sets(path):
 def op_time_load(req):
     """Loads the timed input sets (distinct values, one per timed iteration) and warms up on the
     last correctness round's inputs, so nothing the warm-up sees is ever timed."""
-    import time
-
     w = STATE.pop("cupti_warmup", None)
     if w is not None:
         w.join()
@@ -277,14 +275,8 @@ def op_time_load(req):
         "stash": None if STATE["dps"] else [_alloc_outputs(req["outputs"]) for _ in sets],
     }
     warm_out = _alloc_outputs(req["outputs"]) if STATE["dps"] else None
-    budget = req.get("budget_s")
     try:
-        t0 = time.monotonic()
-        for _ in range(int(req["warmup"])):
-            _invoke(warm_in, warm_out)
-            _sync()
-            if budget is not None and time.monotonic() - t0 > budget / 4:
-                break
+        kg.warm_up(lambda: _invoke(warm_in, warm_out), STATE["device"], int(req["warmup"]), req.get("budget_s"))
     except BaseException as e:
         kg.flush_stdio()
         return kg.error_reply("runtime", f"the solution raised while warming up: {type(e).__name__}: {e}", traceback.format_exc())

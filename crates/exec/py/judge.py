@@ -433,14 +433,7 @@ def op_time_reference(req):
         sets = sets[: max(1, min(iterations, len(sets)))]
         warm = [_clone(x) for x in inputs]
         try:
-            t0 = time.monotonic()
-            budget = req.get("budget_s")
-            for _ in range(warmup):
-                fn(*warm)
-                if dev.type == "cuda":
-                    torch.cuda.synchronize()
-                if budget is not None and time.monotonic() - t0 > budget / 4:
-                    break
+            kg.warm_up(lambda: fn(*warm), dev, warmup, req.get("budget_s"))
         except Exception as e:
             return kg.error_reply("invalid_reference", f"the reference raised while warming up: {type(e).__name__}: {e}", traceback.format_exc())
         warmup, iterations = 0, len(sets)
@@ -448,14 +441,14 @@ def op_time_reference(req):
         # the candidate's are, so both sides' allocators see the same pattern.
         specs = [{"shape": list(o.shape), "dtype": kg.dtype_name(o.dtype)} for o in STATE["ref_out"]["outputs"]]
         stash = [kg.alloc_like_spec(specs, dev) for _ in sets]
-        idx = {id(a): i for i, a in enumerate(sets)}
-        after = lambda a, r: kg.stash_outputs(r, stash[idx[id(a)]])  # noqa: E731
+        after = lambda a, r: kg.stash_outputs(r, stash[a[1]])  # noqa: E731
     else:
         k = max(1, int(req.get("clones", 1)))
         sets = [[_clone(x) for x in inputs] for _ in range(k)]
         after = None
+    args = [(ins, i) for i, ins in enumerate(sets)]
     try:
-        times, notes = kg.time_calls(lambda a: fn(*a), sets, dev, warmup, iterations, req["method"], req.get("budget_s"), after)
+        times, notes = kg.time_calls(lambda a: fn(*a[0]), args, dev, warmup, iterations, req["method"], req.get("budget_s"), after)
     except Exception as e:
         return kg.error_reply("invalid_reference", f"the reference raised while timed: {type(e).__name__}: {e}", traceback.format_exc())
     return {"result": "ok", "times_ms": times, "notes": notes, "spread": kg.summarize(times)}

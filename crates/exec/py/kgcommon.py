@@ -408,15 +408,16 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
         empty = bracket(lambda i: None, max(20, min(iterations, 100)))
         overhead = statistics.median(empty)
         post = (lambda i, r: after(arg_sets[i % n], r)) if after is not None else None
-        prof = None
+        recording = False
         if method == "cupti":
-            prof, why = _cupti_start()
-            if prof is None:
+            why = _cupti_start()
+            if why:
                 notes["cupti_fallback"] = why
+            recording = why is None
         try:
-            raw = bracket(lambda i: call(arg_sets[i % n]), iterations, post, mark=prof is not None and spin is not None)
+            raw = bracket(lambda i: call(arg_sets[i % n]), iterations, post, mark=recording and spin is not None)
         finally:
-            events = _cupti_stop(prof) if prof is not None else None
+            events = _cupti_stop() if recording else None
         notes["bracket_overhead_ms"] = overhead
         notes["raw_median_ms"] = statistics.median(raw)
         if events is not None:
@@ -437,17 +438,29 @@ SPIN_CYCLES = 100_000
 CUPTI_QUEUE_GAP_NS = 5_000
 
 
+def warm_up(fn, dev, count, budget_s=None):
+    """Calls `fn()` up to `count` times, synchronising the device after each call; stops after a
+    quarter of `budget_s` (the CPU time budget). The candidate's and the reference's warm-up
+    both run through here, so they are alike."""
+    t0 = time.monotonic()
+    for _ in range(count):
+        fn()
+        _sync(dev)
+        if budget_s is not None and time.monotonic() - t0 > budget_s / 4:
+            break
+
+
 def cupti_warmup(dev):
     """Starts and stops the CUDA activity profiler once, so its one-time start-up (about a
     second) never falls inside a workload's timing. Returns None, or why CUPTI is unusable."""
     import torch
 
-    prof, why = _cupti_start()
-    if prof is None:
+    why = _cupti_start()
+    if why:
         return why
     torch.zeros(1, device=dev).add_(1)
     torch.cuda.synchronize()
-    ev = _cupti_stop(prof)
+    ev = _cupti_stop()
     if not any(_is_device_activity(e) for e in ev):
         return "the CUDA activity profiler recorded no device activity"
     return None
@@ -455,7 +468,8 @@ def cupti_warmup(dev):
 
 def _cupti_start():
     """Starts CUPTI activity recording through torch's low-level Kineto bindings (the
-    torch.profiler wrapper post-processes every event in Python, seconds per workload)."""
+    torch.profiler wrapper post-processes every event in Python, seconds per workload).
+    Returns None, or why it could not start."""
     try:
         from torch._C._autograd import _enable_profiler, _prepare_profiler
         from torch._C._profiler import ProfilerActivity, ProfilerConfig, ProfilerState, _ExperimentalConfig
@@ -464,12 +478,12 @@ def _cupti_start():
         acts = {ProfilerActivity.CUDA}
         _prepare_profiler(cfg, acts)
         _enable_profiler(cfg, acts)
-        return True, None
+        return None
     except Exception as e:
-        return None, f"CUDA activity profiler unavailable: {type(e).__name__}: {e}"
+        return f"CUDA activity profiler unavailable: {type(e).__name__}: {e}"
 
 
-def _cupti_stop(prof):
+def _cupti_stop():
     try:
         from torch._C._autograd import _disable_profiler
 

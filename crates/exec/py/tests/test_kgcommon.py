@@ -139,3 +139,14 @@ def test_cpu_timing_calls_after_outside_the_timed_span():
     times, _ = kg.time_calls(lambda a: a * 2, [1, 2, 3], torch.device("cpu"), 0, 3, "cpu_wall",
                              None, lambda a, r: seen.append((a, r)))
     assert len(times) == 3 and seen == [(1, 2), (2, 4), (3, 6)]
+
+
+def test_warm_up_runs_count_calls_or_stops_at_a_quarter_of_the_budget():
+    import time
+
+    calls = []
+    kg.warm_up(lambda: calls.append(1), torch.device("cpu"), 5)
+    assert len(calls) == 5
+    calls.clear()
+    kg.warm_up(lambda: (calls.append(1), time.sleep(0.02)), torch.device("cpu"), 1000, budget_s=0.2)
+    assert 2 <= len(calls) <= 5  # stops once 0.05 s (a quarter of the budget) has passed
