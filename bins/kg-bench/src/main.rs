@@ -111,6 +111,15 @@ struct EvalArgs {
     /// Evaluate at most N workloads per problem (in file order).
     #[arg(long)]
     max_workloads: Option<usize>,
+    /// Run the candidate without its sandbox (resource limits, no network, read-only problem
+    /// directory, private HOME/TMPDIR); for measuring its cost, or where namespaces break the
+    /// GPU runtime. Every trace log then says `isolation: none`.
+    #[arg(long)]
+    no_sandbox: bool,
+    /// Speed-of-light bounds (a directory of `solar analyze` outputs, or JSONL of
+    /// {"definition", "workload", "t_sol_ms"}): a PASSED latency below T_SOL is REWARD_HACK.
+    #[arg(long, value_name = "SOL")]
+    sol: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -284,6 +293,14 @@ fn options(acq: &Acquired, a: &EvalArgs) -> Result<EvalOptions, Failure> {
     o.iterations = a.iterations.max(1);
     o.rounds = a.rounds.max(1);
     o.seed = a.seed;
+    o.sandbox = !a.no_sandbox;
+    if let Some(p) = &a.sol {
+        let t_sol_ms = kg_score::load_sol(p).map_err(|e| usage(anyhow!("--sol: {e}")))?;
+        o.sol_floor = Some(kg_exec::SolFloor {
+            t_sol_ms,
+            source: p.display().to_string(),
+        });
+    }
     o.timing = match a.timing {
         TimingArg::Default => TimingChoice::Default,
         TimingArg::Events => {

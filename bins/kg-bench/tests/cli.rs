@@ -124,6 +124,15 @@ struct Case {
     problem: String,
     solution: String,
     expected: String,
+    /// The status where the candidate saw the problem directory read-only (mount namespaces
+    /// allowed): the attempt is prevented instead of detected.
+    #[serde(default)]
+    expected_when_read_only: Option<String>,
+}
+
+/// Whether a trace's log says the candidate ran with every protected directory read-only.
+fn ran_read_only(log: &str) -> bool {
+    log.contains("read-only director(ies)") && !log.contains("NOT read-only")
 }
 
 #[test]
@@ -162,7 +171,11 @@ fn every_fixture_gets_its_status_and_the_run_continues() {
         assert_eq!(traces.len(), 2, "{}: {} traces", c.case, traces.len());
         for t in &traces {
             let e = t.evaluation.as_ref().unwrap();
-            assert_eq!(e.status.as_str(), c.expected, "{}: log: {}", c.case, e.log);
+            let expected = match &c.expected_when_read_only {
+                Some(x) if ran_read_only(&e.log) => x,
+                _ => &c.expected,
+            };
+            assert_eq!(e.status.as_str(), expected, "{}: log: {}", c.case, e.log);
             assert_eq!(
                 e.correctness.is_some(),
                 e.status.has_correctness(),
@@ -197,6 +210,11 @@ fn every_fixture_gets_its_status_and_the_run_continues() {
             .contains("kernel exploded on purpose")
     );
     assert!(seen["add/hang"].log.contains("--timeout"));
+    let plant = &seen["add/plant_in_problem_dir"].log;
+    if ran_read_only(plant) {
+        assert!(plant.contains("could not plant numpy.py"), "{plant}");
+        assert!(plant.contains("Read-only file system"), "{plant}");
+    }
     assert!(seen["add/syntax_error"].log.contains("SyntaxError"));
     assert!(
         seen["add/passed_value_returning"]
@@ -358,6 +376,115 @@ fn candidate_environment_is_allow_listed() {
             .as_ref()
             .is_some_and(|e| e.status == Status::Passed)
     }));
+}
+
+/// The sandbox prevents what the snapshot check only detects: with it, the planted module is
+/// never written (where the OS allows mount namespaces); without it (`--no-sandbox`) the write
+/// succeeds, the run is REWARD_HACK, and the planted file is removed again.
+#[test]
+fn problem_directory_is_read_only_or_tampering_is_caught() {
+    let Some(py) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let problem = tmp.path().join("add");
+    std::fs::create_dir(&problem).unwrap();
+    for f in ["definition.json", "workload.jsonl"] {
+        std::fs::copy(fixtures().join("corpus/add").join(f), problem.join(f)).unwrap();
+    }
+    let run = |extra: &[&str]| -> Vec<Trace> {
+        let o = kg(&py, tmp.path())
+            .args(["evaluate"])
+            .arg(&problem)
+            .arg("--solution")
+            .arg(fixtures().join("corpus/add/solutions/plant_in_problem_dir.json"))
+            .args(["--json", "--max-workloads", "1"])
+            .args(extra)
+            .args(FAST)
+            .output()
+            .unwrap();
+        assert!(
+            !problem.join("numpy.py").exists(),
+            "planted file left behind"
+        );
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&o)))
+    };
+    let t = run(&["--no-sandbox"]);
+    let e = t[0].evaluation.as_ref().unwrap();
+    assert_eq!(e.status, Status::RewardHack, "{}", e.log);
+    assert!(e.log.contains("isolation: none"), "{}", e.log);
+    let t = run(&[]);
+    let e = t[0].evaluation.as_ref().unwrap();
+    if ran_read_only(&e.log) {
+        assert_eq!(e.status, Status::Passed, "{}", e.log);
+        assert!(e.log.contains("Read-only file system"), "{}", e.log);
+    } else {
+        assert_eq!(e.status, Status::RewardHack, "{}", e.log);
+    }
+}
+
+/// `--sol`: a PASSED latency under the bound is REWARD_HACK; a workload without a bound is
+/// unaffected; a bad file is a usage error naming it.
+#[test]
+fn latency_below_the_speed_of_light_floor_is_reward_hack() {
+    let Some(py) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let problem = fixtures().join("corpus/add");
+    let uuids: Vec<String> = std::fs::read_to_string(problem.join("workload.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["uuid"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let sol = tmp.path().join("sol.jsonl");
+    // One hour: no honest CPU latency is below it.
+    std::fs::write(
+        &sol,
+        format!("{{\"definition\": \"kg_fixture_add\", \"workload\": \"{}\", \"t_sol_ms\": 3600000.0}}\n", uuids[0]),
+    )
+    .unwrap();
+    let o = kg(&py, tmp.path())
+        .args(["evaluate"])
+        .arg(&problem)
+        .args([
+            "--solution",
+            "reference",
+            "--json",
+            "--max-workloads",
+            "2",
+            "--sol",
+        ])
+        .arg(&sol)
+        .args(FAST)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "stderr: {}", stderr(&o));
+    let t: Vec<Trace> = serde_json::from_slice(&o.stdout).unwrap();
+    let by_uuid = |u: &str| {
+        t.iter()
+            .find(|t| t.workload.uuid == u)
+            .unwrap()
+            .evaluation
+            .as_ref()
+            .unwrap()
+    };
+    let e = by_uuid(&uuids[0]);
+    assert_eq!(e.status, Status::RewardHack, "{}", e.log);
+    assert!(e.log.contains("speed-of-light floor"), "{}", e.log);
+    assert_eq!(by_uuid(&uuids[1]).status, Status::Passed);
+    std::fs::write(&sol, "{\"definition\": \"kg_fixture_add\"}\n").unwrap();
+    let o = kg(&py, tmp.path())
+        .args(["evaluate"])
+        .arg(&problem)
+        .args(["--solution", "reference", "--sol"])
+        .arg(&sol)
+        .args(FAST)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("sol.jsonl"), "{}", stderr(&o));
 }
 
 fn kill_mid_run(

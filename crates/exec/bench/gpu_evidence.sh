@@ -4,7 +4,9 @@
 # bench (benchmarks: default CUPTI timing, plus event timing and CUDA graphs for comparison),
 # corpus (validate + reference and bundled corpus runs), auto (--device auto claim),
 # bundled (bundled Triton solutions only), release (issue 5: `xtask release` of problems/core on
-# the H200 and `score official`; XTASK names the carried xtask binary), redteam (issue 8).
+# the H200 and `score official`; XTASK names the carried xtask binary), redteam (issue 8; CASES
+# and TAG select and name a subset), sandbox (what the host allows + one sandboxed GPU run),
+# overhead (bundled corpus, one workload a problem, with and without --no-sandbox).
 # Every part packs its results into OUTDIR/results.tgz as it ends, so a later timeout loses nothing.
 set -u
 KG=$1; OUT=$2; PART=${3:-core}
@@ -52,7 +54,20 @@ if [ "$PART" = release ]; then
   log score-official; run_t "$OUT/r/score-official.txt" $KG score official "$OUT/r/rel/release-bundle.json"
 fi
 if [ "$PART" = redteam ]; then
-  log redteam; run_t "$OUT/r/redteam.txt" env CARGO_MANIFEST_DIR="$PWD/xtask" "$XTASK" redteam --device cuda:0 --kg-bench "$(realpath $KG)" --python python3
+  # CASES (optional): comma-separated case names, to split the corpus over calls.
+  log "redteam ${CASES:-all}"; run_t "$OUT/r/redteam${TAG:-}.txt" env CARGO_MANIFEST_DIR="$PWD/xtask" "$XTASK" redteam --device cuda:0 --kg-bench "$(realpath $KG)" --python python3 ${CASES:+--case "$CASES"}
+fi
+if [ "$PART" = sandbox ]; then
+  # What this host allows, and one sandboxed GPU evaluation (its isolation line is in the traces).
+  { id; uname -r; for ns in -n -m -Urn; do unshare $ns true 2>&1 && echo "unshare $ns: ok" || echo "unshare $ns: refused"; done
+    cat /proc/sys/kernel/yama/ptrace_scope 2>&1; } > "$OUT/r/host.txt" 2>&1
+  log sandbox-eval; run_t "$OUT/r/sandbox-eval.txt" $KG evaluate problems/core/rmsnorm_bf16_qwen2_5_0_5b --solution problems/core/rmsnorm_bf16_qwen2_5_0_5b/solutions/triton_rows.json --device cuda:0 --max-workloads 2 -o "$OUT/r/sandbox-eval.jsonl"
+fi
+if [ "$PART" = overhead ]; then
+  # Corpus wall time with and without the optional defence (the candidate sandbox), alternated.
+  for i in 1 2; do for mode in on off; do log "overhead $mode $i"
+    flag=; [ $mode = off ] && flag=--no-sandbox
+    run_t "$OUT/r/overhead-$mode-$i.txt" $KG run problems/core --solutions bundled --device cuda:0 --max-workloads 1 $flag -o "$OUT/r/overhead-$mode-$i"; done; done
 fi
 log done
 tar czf "$OUT/results.tgz" -C "$OUT" r log.txt

@@ -14,6 +14,7 @@ use crate::device::DeviceChoice;
 use crate::integrity;
 use crate::process::{CancelToken, Worker, WorkerError, WorkerSpec, tail};
 use crate::python::Interpreter;
+use crate::sandbox::Sandbox;
 use crate::scripts;
 
 /// Languages a solution may declare.
@@ -57,6 +58,13 @@ pub struct EvalOptions {
     pub cache_dir: PathBuf,
     /// Extra environment for every worker (device visibility of a kg-gpu claim).
     pub worker_env: Vec<(String, String)>,
+    /// Confine the candidate (`crate::sandbox`: limits, no network, read-only problem and
+    /// script directories, private HOME/TMPDIR). Off only to measure its cost or on a host
+    /// where namespaces break the device runtime; traces then say `isolation: none`.
+    pub sandbox: bool,
+    /// Speed-of-light floor: T_SOL (ms) per (definition, workload uuid), and where it came
+    /// from; a PASSED latency below it becomes REWARD_HACK (`kg-bench evaluate --sol`).
+    pub sol_floor: Option<SolFloor>,
     /// The claim holding the device, recorded in every trace's environment.
     pub gpu_claim: Option<kg_contract::GpuClaim>,
 }
@@ -76,6 +84,8 @@ impl EvalOptions {
             cpu_time_budget: Some(Duration::from_millis(500)),
             cache_dir: default_cache_dir(),
             worker_env: Vec::new(),
+            sandbox: true,
+            sol_floor: None,
             gpu_claim: None,
         }
     }
@@ -88,6 +98,43 @@ impl EvalOptions {
             (_, TimingChoice::Default) => TimingMethod::Cupti,
             (_, TimingChoice::Events) => TimingMethod::DeviceEventSync,
         }
+    }
+}
+
+/// Speed-of-light bounds an evaluation checks latencies against.
+#[derive(Debug, Clone, Default)]
+pub struct SolFloor {
+    /// T_SOL in ms, keyed by (definition name, workload uuid).
+    pub t_sol_ms: IndexMap<(String, String), f64>,
+    /// Where the bounds came from (a path), for the log.
+    pub source: String,
+}
+
+impl SolFloor {
+    /// REWARD_HACK when `outcome` PASSED with a latency below the bound for this workload:
+    /// faster than the hardware allows means the timing was fooled (or the bound is wrong,
+    /// which a reviewer must see either way, never a score).
+    fn check(&self, definition: &str, workload: &str, outcome: Outcome) -> Outcome {
+        let key = (definition.to_string(), workload.to_string());
+        let (Some(t_sol), Some(p)) = (self.t_sol_ms.get(&key), outcome.performance.as_ref()) else {
+            return outcome;
+        };
+        if outcome.status != Status::Passed {
+            return outcome;
+        }
+        if p.latency_ms >= *t_sol {
+            let mut outcome = outcome;
+            outcome.log.push_str(&format!(
+                "harness: speed-of-light floor: T_SOL = {t_sol:.6} ms (from `{}`), latency above it\n",
+                self.source
+            ));
+            return outcome;
+        }
+        let msg = format!(
+            "speed-of-light floor: latency {:.6} ms is below T_SOL = {t_sol:.6} ms for this workload (from `{}`); faster than the hardware allows, so the timing was fooled or the bound is wrong\n{}",
+            p.latency_ms, self.source, outcome.log
+        );
+        Outcome::fail(Status::RewardHack, msg)
     }
 }
 
@@ -434,11 +481,12 @@ impl Session {
         WorkerSpec {
             allow_listed_env: label == "candidate",
             python: self.python.path.clone(),
-            script: self.dir.path().join(script),
+            script: scripts::dir(self.dir.path()).join(script),
             cwd: cwd.to_path_buf(),
             env: self.worker_env(),
             socket_dir: self.dir.path().to_path_buf(),
             label: label.to_string(),
+            sandbox: None,
         }
     }
 
@@ -458,6 +506,15 @@ impl Session {
             self.judge_setup_for = None;
         }
         if self.judge.is_none() {
+            // A candidate may have run since the scripts were written (and, without a mount
+            // namespace, changed them): the judge starts from our embedded copies.
+            scripts::install(self.dir.path()).map_err(|source| ExecError::Io {
+                what: format!(
+                    "rewrite the worker scripts into `{}`",
+                    self.dir.path().display()
+                ),
+                source,
+            })?;
             let spec = self.spec("judge", "judge.py", self.dir.path());
             let mut w = match Worker::spawn(&spec, Duration::from_secs(300), &self.cancel) {
                 Ok(w) => w,
@@ -625,9 +682,53 @@ impl Session {
         Value::Array(v)
     }
 
+    /// The candidate's confinement and private HOME/TMPDIR under `root`.
+    fn candidate_spec(
+        &self,
+        sol: &Solution,
+        problem_dir: &Path,
+        workloads: usize,
+        root: &Path,
+    ) -> Result<WorkerSpec, ExecError> {
+        let mut spec = self.spec("candidate", "candidate.py", root);
+        if !self.opts.sandbox {
+            return Ok(spec);
+        }
+        for d in ["home", "tmp"] {
+            std::fs::create_dir_all(root.join(d)).map_err(|source| ExecError::Io {
+                what: format!("create `{}`", root.join(d).display()),
+                source,
+            })?;
+        }
+        spec.env
+            .push(("HOME".into(), root.join("home").display().to_string()));
+        spec.env
+            .push(("TMPDIR".into(), root.join("tmp").display().to_string()));
+        // HOME is private, so Triton's cache moves to ours, one per solution: a candidate
+        // cannot plant compiled kernels another solution would load.
+        if std::env::var_os("TRITON_CACHE_DIR").is_none() {
+            let key = serde_json::to_vec(sol).unwrap_or_default();
+            let key = &kg_contract::io::sha256_hex(&key)[..16];
+            let d = self.opts.cache_dir.join("triton").join(key);
+            spec.env
+                .push(("TRITON_CACHE_DIR".into(), d.display().to_string()));
+        }
+        let problem_dir = problem_dir
+            .canonicalize()
+            .unwrap_or_else(|_| problem_dir.to_path_buf());
+        let scripts_dir = scripts::dir(self.dir.path());
+        let scripts_dir = scripts_dir.canonicalize().unwrap_or(scripts_dir);
+        let budget = self.opts.compile_timeout.as_secs()
+            + self.opts.timeout.as_secs().saturating_mul(workloads as u64);
+        spec.sandbox = Some(Sandbox::candidate(vec![problem_dir, scripts_dir], budget));
+        Ok(spec)
+    }
+
     fn start_candidate(
         &mut self,
         sol: &Solution,
+        problem_dir: &Path,
+        workloads: usize,
     ) -> Result<Result<Worker, (Status, String)>, ExecError> {
         let root = self.fresh_dir("cand")?;
         let src = root.join("src");
@@ -635,7 +736,7 @@ impl Session {
             what: format!("create `{}`", src.display()),
             source,
         })?;
-        let spec = self.spec("candidate", "candidate.py", &root);
+        let spec = self.candidate_spec(sol, problem_dir, workloads, &root)?;
         let t0 = Instant::now();
         let mut w = match Worker::spawn(&spec, self.opts.compile_timeout, &self.cancel) {
             Ok(w) => w,
@@ -737,7 +838,7 @@ impl Session {
                                 )));
                             }
                             let t0 = Instant::now();
-                            match self.start_candidate(sol)? {
+                            match self.start_candidate(sol, &problem.dir, total - index)? {
                                 Ok(c) => {
                                     startup_note = Some(format!(
                                         "candidate process start + import: {:.3} s",
@@ -755,6 +856,10 @@ impl Session {
                                 let wall = t.elapsed().as_secs_f64();
                                 o.log
                                     .push_str(&format!("harness: workload wall {wall:.3} s\n"));
+                                let i = c.isolation.as_deref().unwrap_or(
+                                    "isolation: none (--no-sandbox; problem directory snapshot-checked)",
+                                );
+                                o.log.push_str(&format!("harness: candidate {i}\n"));
                                 if let Some(n) = startup_note.take() {
                                     o.log.push_str(&format!(
                                         "harness: {n}; first workload evaluated {:.3} s after the candidate process started\n",
@@ -773,6 +878,10 @@ impl Session {
                 }
             };
             let outcome = guard_problem_dir(&problem.dir, &problem_snapshot, outcome);
+            let outcome = match &self.opts.sol_floor {
+                Some(f) => f.check(&problem.definition.name, &w.workload.uuid, outcome),
+                None => outcome,
+            };
             let env = self.environment_now();
             let trace = Trace {
                 definition: problem.definition.name.clone(),
@@ -1371,6 +1480,53 @@ pub fn status_counts(traces: &[Trace]) -> IndexMap<String, usize> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn sol_floor_turns_only_passed_latencies_below_t_sol_into_reward_hack() {
+        let mut t = IndexMap::new();
+        t.insert(("d".to_string(), "w".to_string()), 0.010);
+        let floor = SolFloor {
+            t_sol_ms: t,
+            source: "sol.jsonl".into(),
+        };
+        let passed = |latency_ms: f64| Outcome {
+            status: Status::Passed,
+            log: "timing log\n".into(),
+            correctness: None,
+            performance: Some(Performance {
+                latency_ms,
+                reference_latency_ms: 1.0,
+                speedup_factor: 1.0 / latency_ms,
+                timing_method: None,
+                warmup: None,
+                iterations: None,
+                spread: None,
+                reference_spread: None,
+            }),
+        };
+        let o = floor.check("d", "w", passed(0.004));
+        assert_eq!(o.status, Status::RewardHack);
+        assert!(o.performance.is_none());
+        assert!(o.log.contains("below T_SOL = 0.010000 ms") && o.log.contains("sol.jsonl"));
+        assert!(o.log.ends_with("timing log\n"), "the original log is kept");
+        let o = floor.check("d", "w", passed(0.010));
+        assert_eq!(o.status, Status::Passed);
+        assert!(
+            o.log.contains("speed-of-light floor: T_SOL = 0.010000 ms"),
+            "{}",
+            o.log
+        );
+        assert_eq!(
+            floor.check("d", "other", passed(0.004)).status,
+            Status::Passed
+        );
+        assert_eq!(floor.check("e", "w", passed(0.004)).status, Status::Passed);
+        let failed = Outcome::fail(Status::IncorrectNumerical, "x");
+        assert_eq!(
+            floor.check("d", "w", failed).status,
+            Status::IncorrectNumerical
+        );
+    }
+
     use super::*;
 
     fn reply(cupti: Option<&[f64]>, fallback: Option<&str>) -> Value {

@@ -48,10 +48,11 @@ pub mod engine;
 pub mod integrity;
 pub mod process;
 pub mod python;
+pub mod sandbox;
 pub mod scripts;
 
 pub use device::{DeviceChoice, DeviceRequest};
-pub use engine::{EvalOptions, Event, ExecError, Session, TimingChoice};
+pub use engine::{EvalOptions, Event, ExecError, Session, SolFloor, TimingChoice};
 pub use process::CancelToken;
 pub use python::{
     Interpreter, ProbeInfo, PythonRequest, find_python, find_python_env, find_python_in, probe,

@@ -386,6 +386,8 @@ pub struct WorkerSpec {
     pub socket_dir: PathBuf,
     /// A short label used in names and logs (`judge`, `candidate`).
     pub label: String,
+    /// OS confinement (the untrusted candidate); `None` for the trusted judge.
+    pub sandbox: Option<crate::sandbox::Sandbox>,
 }
 
 /// A running worker process with its socket and captured output.
@@ -403,6 +405,8 @@ pub struct Worker {
     tag: String,
     /// When the process was started.
     pub started: Instant,
+    /// The confinement observed on the running process (`sandbox::Observed::summary`).
+    pub isolation: Option<String>,
 }
 
 impl Worker {
@@ -452,6 +456,9 @@ impl Worker {
             .process_group(0);
         for (k, v) in &spec.env {
             cmd.env(k, v);
+        }
+        if let Some(sb) = &spec.sandbox {
+            sb.apply(&mut cmd);
         }
         let mut child = cmd.spawn().map_err(|source| WorkerError::Io {
             what: format!("start `{}`", spec.python.display()),
@@ -522,6 +529,13 @@ impl Worker {
                 });
             }
         };
+        // Observed once connected: by then the interpreter runs under whatever took effect.
+        let isolation = spec.sandbox.as_ref().map(|sb| {
+            crate::sandbox::observe(pid, &sb.read_only).map_or_else(
+                || "isolation: could not be observed (/proc unreadable)".to_string(),
+                |o| o.summary(),
+            )
+        });
         Ok(Worker {
             child,
             pid,
@@ -534,6 +548,7 @@ impl Worker {
             dead: None,
             tag,
             started,
+            isolation,
         })
     }
 

@@ -182,8 +182,10 @@ pub fn find_python_in(
     let mut checked = Vec::new();
     if let PythonRequest::Explicit(p) = request {
         if is_executable(p) {
+            // Workers run in private directories: a relative path must not change meaning.
+            // (Not canonicalised: a venv's `python` is a symlink that must stay one.)
             return Ok(Interpreter {
-                path: p.clone(),
+                path: std::path::absolute(p).unwrap_or_else(|_| p.clone()),
                 source: PythonSource::CommandLine,
             });
         }
@@ -202,7 +204,7 @@ pub fn find_python_in(
             let p = PathBuf::from(v);
             if is_executable(&p) {
                 return Ok(Interpreter {
-                    path: p,
+                    path: std::path::absolute(&p).unwrap_or(p),
                     source: PythonSource::EnvVar,
                 });
             }
@@ -418,6 +420,29 @@ mod tests {
             }
             Err(e) => panic!("unexpected error: {e}"),
         }
+    }
+
+    #[test]
+    fn a_relative_explicit_path_is_made_absolute_without_resolving_links() {
+        // Tests run in the crate directory; workers run elsewhere.
+        let dir = tempfile::tempdir_in(".").unwrap();
+        let target = dir.path().join("real-python");
+        std::fs::write(&target, "").unwrap();
+        let link = dir.path().join("python");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let rel = PathBuf::from(dir.path().file_name().unwrap()).join("python");
+        assert!(rel.is_relative());
+        let found = find_python(&PythonRequest::Explicit(rel), Path::new("/"), None).unwrap();
+        assert!(found.path.is_absolute(), "{}", found.path.display());
+        assert_eq!(
+            found.path.file_name().unwrap(),
+            "python",
+            "the link is kept"
+        );
+        assert_eq!(
+            found.path.canonicalize().unwrap(),
+            target.canonicalize().unwrap()
+        );
     }
 
     #[test]
