@@ -211,6 +211,10 @@ fn main() -> ExitCode {
         )
         .init();
     let cli = Cli::parse();
+    // Candidates run as our user: keep our environment and memory out of their reach.
+    if !kg_exec::sandbox::protect_harness_process() {
+        tracing::warn!("could not make kg-bench non-dumpable; its /proc entries stay readable");
+    }
     let flag = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         if let Err(e) = signal_hook::flag::register(sig, flag.clone()) {

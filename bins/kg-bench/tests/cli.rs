@@ -90,10 +90,6 @@ fn processes_mentioning(needle: &str) -> Vec<u32> {
     out
 }
 
-fn pid_alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
-}
-
 fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     let t = Instant::now();
     while t.elapsed() < limit {
@@ -246,17 +242,15 @@ fn every_fixture_gets_its_status_and_the_run_continues() {
         .sum();
     assert_eq!(total as usize, manifest.len() * 2);
     assert_eq!(summary["totals"]["TIMEOUT"], 2);
-    // The hanging solution's helper processes died with its process group; no worker is left.
+    // The helpers of the hang and detached_child fixtures (their command lines carry the pid
+    // file's path, under `tmp`) died with their candidates; no worker is left.
     let helpers = std::fs::read_to_string(&pidfile).unwrap_or_default();
     assert!(!helpers.trim().is_empty(), "the hang fixture never ran");
-    for pid in helpers.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
-        assert!(
-            !pid_alive(pid),
-            "helper {pid} of a candidate (hang or detached_child fixture) survived"
-        );
-    }
     let left = processes_mentioning(&tmp.path().display().to_string());
-    assert!(left.is_empty(), "worker processes left behind: {left:?}");
+    assert!(
+        left.is_empty(),
+        "worker or helper processes left behind: {left:?}"
+    );
     // A second run skips finished problems.
     let o = kg(&py, tmp.path())
         .args(["run"])
@@ -540,19 +534,13 @@ fn sigterm_kills_every_worker_and_keeps_traces_valid() {
     let t = traces_in(&traces);
     assert_eq!(t.len(), 1);
     assert_eq!(t[0].evaluation.as_ref().unwrap().status, Status::Timeout);
-    // Killed on the way out, not left for a watchdog.
+    // Killed on the way out, not left for a watchdog (helpers carry the pid file's path).
+    assert!(!std::fs::read_to_string(&pidfile).unwrap().trim().is_empty());
     let left = processes_mentioning(&tmp.path().display().to_string());
-    assert!(left.is_empty(), "workers left after SIGTERM: {left:?}");
-    for pid in std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.trim().parse::<u32>().ok())
-    {
-        assert!(
-            wait_until(Duration::from_secs(3), || !pid_alive(pid)),
-            "helper {pid} survived"
-        );
-    }
+    assert!(
+        left.is_empty(),
+        "workers or helpers left after SIGTERM: {left:?}"
+    );
 }
 
 #[test]
@@ -565,7 +553,8 @@ fn sigkill_of_kg_bench_leaves_byte_valid_jsonl_and_no_orphans() {
     // Every line complete and valid: appends are atomic.
     let t = traces_in(&traces);
     assert_eq!(t.len(), 1);
-    // Orphaned workers notice their parent is gone and kill their own process groups.
+    // Orphaned workers (and their helpers, whose command lines carry the pid file's path under
+    // `tmp`) notice their parent is gone and end.
     let needle = tmp.path().display().to_string();
     assert!(
         wait_until(Duration::from_secs(10), || processes_mentioning(&needle)
@@ -578,16 +567,7 @@ fn sigkill_of_kg_bench_leaves_byte_valid_jsonl_and_no_orphans() {
                 .unwrap_or_default())
             .collect::<Vec<_>>()
     );
-    for pid in std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.trim().parse::<u32>().ok())
-    {
-        assert!(
-            wait_until(Duration::from_secs(5), || !pid_alive(pid)),
-            "helper {pid} survived"
-        );
-    }
+    assert!(!std::fs::read_to_string(&pidfile).unwrap().trim().is_empty());
     let leftovers: Vec<_> = std::fs::read_dir(traces.parent().unwrap())
         .unwrap()
         .flatten()

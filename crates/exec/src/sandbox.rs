@@ -42,6 +42,10 @@ pub struct Sandbox {
     pub no_network: bool,
     /// Directories the worker sees read-only (bind mounts in its own mount namespace).
     pub read_only: Vec<PathBuf>,
+    /// Run the worker as process 1 of its own PID namespace with its own `/proc` (needs the
+    /// mount namespace): it cannot see, read or signal the judge, kg-bench or anything else,
+    /// and when it ends the kernel kills every process it left behind.
+    pub pid_namespace: bool,
 }
 
 impl Sandbox {
@@ -59,6 +63,7 @@ impl Sandbox {
             },
             no_network: true,
             read_only,
+            pid_namespace: true,
         }
     }
 
@@ -66,6 +71,7 @@ impl Sandbox {
     pub fn apply(&self, cmd: &mut Command) {
         let limits = self.limits;
         let no_network = self.no_network;
+        let pid_ns = self.pid_namespace;
         // Paths are converted here: the child between fork and exec must not allocate.
         let ro: Vec<CString> = self
             .read_only
@@ -76,7 +82,7 @@ impl Sandbox {
         // calls through rustix (no allocation, no locks) on data prepared above.
         unsafe {
             cmd.pre_exec(move || {
-                confine_child(&limits, no_network, &ro);
+                confine_child(&limits, no_network, &ro, pid_ns);
                 Ok(())
             });
         }
@@ -84,7 +90,7 @@ impl Sandbox {
 }
 
 /// The child side; every failure is ignored (observed and reported by the parent).
-fn confine_child(limits: &Limits, no_network: bool, ro: &[CString]) {
+fn confine_child(limits: &Limits, no_network: bool, ro: &[CString], pid_ns: bool) {
     let set = |r: Resource, v: Option<u64>, hard_extra: u64| {
         if let Some(v) = v {
             let cur = rustix::process::getrlimit(r);
@@ -107,14 +113,14 @@ fn confine_child(limits: &Limits, no_network: bool, ro: &[CString]) {
         // SAFETY: a fresh network namespace does not affect file descriptor tables.
         let _ = unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNET) };
     }
-    if ro.is_empty() {
+    if ro.is_empty() && !pid_ns {
         return;
     }
     // SAFETY: as above; the child is single-threaded here.
     if unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNS) }.is_err() {
         return;
     }
-    // Without private propagation our bind mounts would leak back into the host's namespace.
+    // Without private propagation our mounts would leak back into the host's namespace.
     if rustix::mount::mount_change(
         c"/",
         MountPropagationFlags::REC | MountPropagationFlags::PRIVATE,
@@ -132,6 +138,102 @@ fn confine_child(limits: &Limits, no_network: bool, ro: &[CString]) {
             );
         }
     }
+    if pid_ns {
+        enter_pid_namespace();
+    }
+}
+
+/// Makes the rest of this (pre-exec) child run as process 1 of a new PID namespace with its
+/// own `/proc`. A PID namespace applies to children only, so this forks: the new process goes
+/// on to exec the worker; this one stays behind as a relay that waits for it and ends the same
+/// way (exit code, or the same signal), so the parent sees the worker's own end.
+fn enter_pid_namespace() {
+    // SAFETY: single-threaded pre-exec child; no file descriptor tables are unshared.
+    if unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWPID) }.is_err() {
+        return;
+    }
+    // SAFETY: fork in a single-threaded child (glibc re-initialises its locks in the new
+    // process); both sides only make system calls until exec or _exit.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return;
+    }
+    if pid == 0 {
+        // The worker: die with the relay, and see only its own namespace in /proc.
+        let _ =
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
+        let _ = rustix::mount::mount(
+            c"proc",
+            c"/proc",
+            c"proc",
+            MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+            c"",
+        );
+        return;
+    }
+    // kg-bench is non-dumpable (`protect_harness_process`) and the relay, never exec'ing,
+    // would inherit that; the parent reads the relay's /proc entries to observe the sandbox,
+    // and the candidate cannot see the relay from inside its namespace.
+    let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::Dumpable);
+    // The relay never execs, so it still holds every descriptor the parent had when it forked
+    // (other workers' pipes, the listening socket): close them, or their readers never see EOF.
+    // SAFETY: raw system calls on our own descriptor table.
+    unsafe {
+        if libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) != 0 {
+            for fd in 3..4096 {
+                libc::close(fd);
+            }
+        }
+    }
+    let mut status = 0;
+    // SAFETY: plain system calls.
+    let parent = unsafe { libc::getppid() };
+    loop {
+        // SAFETY: plain system calls on our own child.
+        let r = unsafe { libc::waitpid(pid, &raw mut status, libc::WNOHANG) };
+        if r == pid {
+            break;
+        }
+        if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            // SAFETY: ends this relay process without running anything of the parent's.
+            unsafe { libc::_exit(127) };
+        }
+        // The worker cannot see its parent from inside the namespace; the relay watches for
+        // it: if kg-exec goes away, the worker goes too (and, as process 1, takes every
+        // process of its namespace with it).
+        // SAFETY: plain system calls.
+        unsafe {
+            if libc::getppid() != parent {
+                libc::kill(pid, libc::SIGKILL);
+            }
+            let t = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 20_000_000,
+            };
+            libc::nanosleep(&raw const t, std::ptr::null_mut());
+        }
+    }
+    // SAFETY: as above; a signal death is mirrored by raising the same signal at default.
+    unsafe {
+        if libc::WIFSIGNALED(status) {
+            let sig = libc::WTERMSIG(status);
+            libc::signal(sig, libc::SIG_DFL);
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&raw mut set);
+            libc::sigaddset(&raw mut set, sig);
+            libc::sigprocmask(libc::SIG_UNBLOCK, &raw const set, std::ptr::null_mut());
+            libc::kill(libc::getpid(), sig);
+            libc::_exit(128 + sig);
+        }
+        libc::_exit(libc::WEXITSTATUS(status));
+    }
+}
+
+/// Makes this (harness) process non-dumpable: its `/proc/<pid>/environ`, `mem` and `fd`
+/// become readable by root only, and a same-user process cannot ptrace it. This guards
+/// kg-bench where the candidate's PID namespace is refused; it also disables core dumps.
+pub fn protect_harness_process() -> bool {
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable).is_ok()
 }
 
 /// Threads owned by our real uid now (the count `RLIMIT_NPROC` is checked against).
@@ -164,6 +266,8 @@ fn user_threads() -> Option<u64> {
 pub struct Observed {
     /// It is in a network namespace other than ours.
     pub private_network: bool,
+    /// It (through its relay) runs in a PID namespace other than ours.
+    pub private_pids: bool,
     /// The `read_only` directories that are mounted read-only in its view.
     pub read_only: Vec<PathBuf>,
     /// The `read_only` directories it can still write.
@@ -179,6 +283,11 @@ impl Observed {
             "private network namespace (no network)"
         } else {
             "network NOT isolated (the OS refused a network namespace)"
+        };
+        let pids = if self.private_pids {
+            "private PID namespace and /proc"
+        } else {
+            "PIDs NOT isolated (it can see other processes in /proc)"
         };
         let ro = if self.writable.is_empty() {
             format!("{} read-only director(ies)", self.read_only.len())
@@ -198,7 +307,7 @@ impl Observed {
             .map(|(k, v)| format!("{k} {v}"))
             .collect::<Vec<_>>()
             .join(", ");
-        format!("isolation: {net}; {ro}; limits: {lim}")
+        format!("isolation: {net}; {pids}; {ro}; limits: {lim}")
     }
 }
 
@@ -208,6 +317,14 @@ pub fn observe(pid: u32, read_only: &[PathBuf]) -> Option<Observed> {
     let proc_dir = PathBuf::from(format!("/proc/{pid}"));
     let ns = |p: &Path, kind: &str| std::fs::read_link(p.join("ns").join(kind)).ok();
     let private_network = match (ns(&proc_dir, "net"), ns(Path::new("/proc/self"), "net")) {
+        (Some(theirs), Some(ours)) => theirs != ours,
+        _ => false,
+    };
+    // The relay stays in our PID namespace; its children (the worker) are in the new one.
+    let private_pids = match (
+        ns(&proc_dir, "pid_for_children"),
+        ns(Path::new("/proc/self"), "pid"),
+    ) {
         (Some(theirs), Some(ours)) => theirs != ours,
         _ => false,
     };
@@ -233,6 +350,7 @@ pub fn observe(pid: u32, read_only: &[PathBuf]) -> Option<Observed> {
     .collect();
     Some(Observed {
         private_network,
+        private_pids,
         read_only: ro,
         writable,
         limits,
@@ -297,6 +415,51 @@ mod tests {
         assert!(!mounted_read_only(&rw_last, Path::new("/work/p")));
     }
 
+    /// A worker killed by a signal is seen by the parent as killed by that signal, through
+    /// the PID-namespace relay; the relay holds none of the parent's other descriptors.
+    #[test]
+    fn a_signal_death_is_mirrored_through_the_relay() {
+        use std::io::Read;
+        use std::os::unix::process::ExitStatusExt;
+        let sb = Sandbox {
+            limits: Limits {
+                open_files: None,
+                processes: None,
+                cpu_seconds: None,
+                file_bytes: None,
+                core_bytes: Some(0),
+            },
+            no_network: false,
+            read_only: vec![],
+            pid_namespace: true,
+        };
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg("echo ready; exec sleep 30");
+        cmd.stdout(std::process::Stdio::piped());
+        sb.apply(&mut cmd);
+        let mut child = cmd.spawn().unwrap();
+        let mut first = [0u8; 6];
+        child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+        let relay = child.id();
+        let kids = std::fs::read_to_string(format!("/proc/{relay}/task/{relay}/children"))
+            .unwrap_or_default();
+        let Some(worker) = kids.split_whitespace().next() else {
+            // No PID namespace here: the shell is the child itself.
+            eprintln!("this host refuses PID namespaces: relay not checked");
+            child.kill().unwrap();
+            child.wait().unwrap();
+            return;
+        };
+        let fds = std::fs::read_dir(format!("/proc/{relay}/fd"))
+            .unwrap()
+            .count();
+        assert!(fds <= 3, "the relay holds {fds} descriptors");
+        let worker = rustix::process::Pid::from_raw(worker.parse().unwrap()).unwrap();
+        rustix::process::kill_process(worker, rustix::process::Signal::KILL).unwrap();
+        let st = child.wait().unwrap();
+        assert_eq!(st.signal(), Some(libc::SIGKILL), "{st:?}");
+    }
+
     /// Runs a shell under the sandbox and checks from inside and outside that each confinement
     /// the OS allows took effect. Where this host refuses namespaces the test says so and
     /// checks only the limits (which every Linux allows).
@@ -316,10 +479,11 @@ mod tests {
             },
             no_network: true,
             read_only: vec![ro_dir.clone()],
+            pid_namespace: true,
         };
         let mut cmd = Command::new("sh");
         cmd.arg("-c").arg(
-            "ulimit -n; ulimit -t; { echo x > \"$1/planted\"; } 2>/dev/null && echo wrote || echo refused; read _",
+            "ulimit -n; ulimit -t; { echo x > \"$1/planted\"; } 2>/dev/null && echo wrote || echo refused; echo $$; ls /proc | grep -c '^[0-9]'; read _; exit 7",
         );
         cmd.arg("sh").arg(&ro_dir);
         cmd.stdin(std::process::Stdio::piped())
@@ -354,6 +518,18 @@ mod tests {
         } else {
             eprintln!("this host refuses mount namespaces: read-only view not checked");
         }
+        if seen.private_pids {
+            assert_eq!(lines[3], "1", "process 1 of its namespace: {text}");
+            let visible: u32 = lines[4].parse().unwrap();
+            assert!(visible <= 3, "sees only its own processes: {text}");
+        } else {
+            eprintln!("this host refuses PID namespaces: not checked");
+        }
+        assert_eq!(
+            out.status.code(),
+            Some(7),
+            "the relay ends as the worker did"
+        );
         // Our own namespace is untouched either way.
         std::fs::write(ro_dir.join("ours"), "y").unwrap();
         eprintln!("{}", seen.summary());
