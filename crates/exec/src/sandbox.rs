@@ -9,6 +9,7 @@
 #![allow(unsafe_code)]
 
 use std::ffi::CString;
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -162,13 +163,28 @@ fn enter_pid_namespace() {
         // The worker: die with the relay, and see only its own namespace in /proc.
         let _ =
             rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
-        let _ = rustix::mount::mount(
+        // GPU drivers publish device state under /proc/driver, and container runtimes narrow
+        // it to the devices the container was given: keep that view, not the fresh mount's.
+        let driver = rustix::fs::open(
+            c"/proc/driver",
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .ok();
+        let mounted = rustix::mount::mount(
             c"proc",
             c"/proc",
             c"proc",
             MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
             c"",
-        );
+        )
+        .is_ok();
+        if let (true, Some(fd)) = (mounted, driver) {
+            let mut buf = [0u8; 32];
+            if let Some(path) = fd_path(&mut buf, fd.as_raw_fd()) {
+                let _ = rustix::mount::mount_bind_recursive(path, c"/proc/driver");
+            }
+        }
         return;
     }
     // kg-bench is non-dumpable (`protect_harness_process`) and the relay, never exec'ing,
@@ -227,6 +243,28 @@ fn enter_pid_namespace() {
         }
         libc::_exit(libc::WEXITSTATUS(status));
     }
+}
+
+/// Writes `/proc/self/fd/<fd>` into `buf` without allocating (we are between fork and exec).
+fn fd_path(buf: &mut [u8; 32], fd: i32) -> Option<&std::ffi::CStr> {
+    const PREFIX: &[u8] = b"/proc/self/fd/";
+    let mut digits = [0u8; 10];
+    let mut n = u32::try_from(fd).ok()?;
+    let mut len = 0;
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    buf[..PREFIX.len()].copy_from_slice(PREFIX);
+    for i in 0..len {
+        buf[PREFIX.len() + i] = digits[len - 1 - i];
+    }
+    buf[PREFIX.len() + len] = 0;
+    std::ffi::CStr::from_bytes_until_nul(&buf[..]).ok()
 }
 
 /// Makes this (harness) process non-dumpable: its `/proc/<pid>/environ`, `mem` and `fd`
@@ -400,6 +438,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn fd_paths_are_written_without_allocating() {
+        let mut buf = [0u8; 32];
+        assert_eq!(
+            fd_path(&mut buf, 0).unwrap().to_str().unwrap(),
+            "/proc/self/fd/0"
+        );
+        assert_eq!(
+            fd_path(&mut buf, 1_234_567_890).unwrap().to_str().unwrap(),
+            "/proc/self/fd/1234567890"
+        );
+        assert!(fd_path(&mut buf, -1).is_none());
+    }
+
+    #[test]
     fn mountinfo_read_only_is_found_for_the_exact_point_and_last_mount_wins() {
         let info = "\
 22 1 0:21 / / rw,relatime shared:1 - overlay overlay rw
@@ -483,7 +535,7 @@ mod tests {
         };
         let mut cmd = Command::new("sh");
         cmd.arg("-c").arg(
-            "ulimit -n; ulimit -t; { echo x > \"$1/planted\"; } 2>/dev/null && echo wrote || echo refused; echo $$; ls /proc | grep -c '^[0-9]'; read _; exit 7",
+            "ulimit -n; ulimit -t; { echo x > \"$1/planted\"; } 2>/dev/null && echo wrote || echo refused; echo $$; ls /proc | grep -c '^[0-9]'; grep -c ' /proc/driver ' /proc/self/mountinfo; read _; exit 7",
         );
         cmd.arg("sh").arg(&ro_dir);
         cmd.stdin(std::process::Stdio::piped())
@@ -522,6 +574,12 @@ mod tests {
             assert_eq!(lines[3], "1", "process 1 of its namespace: {text}");
             let visible: u32 = lines[4].parse().unwrap();
             assert!(visible <= 3, "sees only its own processes: {text}");
+            if Path::new("/proc/driver").is_dir() {
+                assert_eq!(
+                    lines[5], "1",
+                    "our /proc/driver is kept over the fresh /proc: {text}"
+                );
+            }
         } else {
             eprintln!("this host refuses PID namespaces: not checked");
         }
