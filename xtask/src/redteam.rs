@@ -96,6 +96,8 @@ struct Case {
     timeout_s: Option<u64>,
     max_workloads: Option<u64>,
     workloads: Option<PathBuf>,
+    /// A pattern the engine is known not to stop yet, and why (reported, not a failure).
+    known_gap: Option<String>,
 }
 
 impl Case {
@@ -158,6 +160,10 @@ fn load_manifest(root: &Path) -> Result<Vec<Case>> {
                 .get("workloads")
                 .and_then(Value::as_str)
                 .map(|p| root.join(p)),
+            known_gap: e
+                .get("known_gap")
+                .and_then(Value::as_str)
+                .map(str::to_string),
             case,
         });
     }
@@ -582,8 +588,11 @@ enum Verdict {
     Missed,
     /// Honest, and not PASSED (or it tripped a side-effect check).
     FalsePositive,
-    /// kg-bench itself failed.
+    /// kg-bench itself failed, or a case listed as a known gap was stopped (the manifest
+    /// must then drop its `known_gap`).
     Error,
+    /// Adversarial, not stopped, and listed in the manifest as a known gap (with the reason).
+    KnownGap,
 }
 
 impl Verdict {
@@ -594,14 +603,31 @@ impl Verdict {
             Verdict::Missed => "MISSED",
             Verdict::FalsePositive => "FALSE-POSITIVE",
             Verdict::Error => "ERROR",
+            Verdict::KnownGap => "KNOWN-GAP",
         }
     }
 }
 
+/// [`judge_case`], then the manifest's `known_gap`: an escape with no side effects is reported
+/// as KNOWN-GAP; a known gap that was stopped is an error until the manifest says so.
 fn judge(c: &Case, g: &Got) -> (Verdict, String) {
-    if let Some(e) = &g.harness_error {
-        return (Verdict::Error, e.clone());
+    let (v, why) = judge_case(c, g);
+    match (&c.known_gap, v) {
+        (Some(gap), Verdict::Missed) if side_effects(g).is_empty() => {
+            (Verdict::KnownGap, format!("{why}; known gap: {gap}"))
+        }
+        (Some(_), Verdict::Ok | Verdict::CaughtOther) => (
+            Verdict::Error,
+            format!(
+                "{why}; stopped, but the manifest lists it as a known gap: remove `known_gap` from its source header"
+            ),
+        ),
+        _ => (v, why),
     }
+}
+
+/// What a case left behind or broke outside its traces (each a miss whatever the statuses).
+fn side_effects(g: &Got) -> Vec<String> {
     let mut side = Vec::new();
     if !g.survivors.is_empty() {
         let list: Vec<String> = g
@@ -620,6 +646,14 @@ fn judge(c: &Case, g: &Got) -> (Verdict, String) {
     if !g.long_logs.is_empty() {
         side.push(format!("unbounded trace log(s): {:?} bytes", g.long_logs));
     }
+    side
+}
+
+fn judge_case(c: &Case, g: &Got) -> (Verdict, String) {
+    if let Some(e) = &g.harness_error {
+        return (Verdict::Error, e.clone());
+    }
+    let side = side_effects(g);
     let all_passed = g.statuses.iter().all(|s| *s == Status::Passed);
     if c.expected == "PASSED" {
         if all_passed && side.is_empty() {
@@ -796,15 +830,16 @@ pub fn redteam(root: &Path, args: &[String]) -> Result<()> {
     }
     print_table(&rows);
     let count = |v: Verdict| rows.iter().filter(|r| r.2 == v).count();
-    let (ok, other, missed, fp, err) = (
+    let (ok, other, missed, fp, err, gaps) = (
         count(Verdict::Ok),
         count(Verdict::CaughtOther),
         count(Verdict::Missed),
         count(Verdict::FalsePositive),
         count(Verdict::Error),
+        count(Verdict::KnownGap),
     );
     println!(
-        "{} case(s) in {:.0} s: {ok} ok, {other} caught with another status, {missed} MISSED, {fp} false positive(s), {err} error(s){}",
+        "{} case(s) in {:.0} s: {ok} ok, {other} caught with another status, {missed} MISSED, {fp} false positive(s), {err} error(s), {gaps} known gap(s) not yet defended (docs/integrity.md){}",
         rows.len(),
         t0.elapsed().as_secs_f64(),
         if opts.keep {
@@ -880,6 +915,72 @@ mod tests {
         let b: BTreeMap<String, String> =
             [("x".into(), "9".into()), ("z".into(), "3".into())].into();
         assert_eq!(tree_diff(&a, &b), vec!["~x", "+z", "-y"]);
+    }
+
+    fn trace(status: &str, speedup: f64) -> Trace {
+        let perf = if status == "PASSED" {
+            serde_json::json!({"latency_ms": 1.0 / speedup, "reference_latency_ms": 1.0,
+                "speedup_factor": speedup, "timing_method": "cpu_wall"})
+        } else {
+            Value::Null
+        };
+        serde_json::from_value(serde_json::json!({
+            "definition": "d", "solution": "s",
+            "workload": {"uuid": "u", "axes": {}, "inputs": {}},
+            "evaluation": {"status": status, "log": "", "performance": perf,
+                "environment": {"hardware": "CPU", "libs": {}}, "timestamp": "t"}
+        }))
+        .unwrap()
+    }
+
+    fn case(known_gap: Option<&str>) -> Case {
+        Case {
+            case: "c".into(),
+            pattern: "precomputes".into(),
+            problem: PathBuf::from("p"),
+            solution: PathBuf::from("s.json"),
+            expected: "not_passed".into(),
+            gpu_only: false,
+            defence: "per-call hand-over".into(),
+            max_speedup: Some(2.0),
+            timeout_s: None,
+            max_workloads: None,
+            workloads: None,
+            known_gap: known_gap.map(str::to_string),
+        }
+    }
+
+    fn got(traces: Vec<Trace>, survivors: Vec<(i32, String)>) -> Got {
+        Got {
+            statuses: traces
+                .iter()
+                .filter_map(|t| t.evaluation.as_ref().map(|e| e.status))
+                .collect(),
+            traces,
+            harness_error: None,
+            survivors,
+            problem_diff: vec![],
+            cwd_diff: vec![],
+            long_logs: vec![],
+            wall: 1.0,
+        }
+    }
+
+    #[test]
+    fn known_gaps_are_reported_not_failed_and_must_be_dropped_once_stopped() {
+        let escaped = got(vec![trace("PASSED", 25.0)], vec![]);
+        assert_eq!(judge(&case(None), &escaped).0, Verdict::Missed);
+        let (v, why) = judge(&case(Some("sets handed over early")), &escaped);
+        assert_eq!(v, Verdict::KnownGap);
+        assert!(why.contains("sets handed over early"), "{why}");
+        // Earned speed only: no gap to report, so the manifest is stale.
+        let honest_speed = got(vec![trace("PASSED", 1.1)], vec![]);
+        assert_eq!(judge(&case(Some("x")), &honest_speed).0, Verdict::Error);
+        let stopped = got(vec![trace("INCORRECT_NUMERICAL", 0.0)], vec![]);
+        assert_eq!(judge(&case(Some("x")), &stopped).0, Verdict::Error);
+        // A side effect is a miss whatever the manifest says.
+        let leaked = got(vec![trace("PASSED", 25.0)], vec![(42, "sleep".into())]);
+        assert_eq!(judge(&case(Some("x")), &leaked).0, Verdict::Missed);
     }
 
     #[test]
