@@ -343,10 +343,26 @@ def op_prepare_timed(req):
     want = max(1, int(req["iterations"]))
     cap = int(req.get("budget_bytes", 256 << 20))
     sets = []
+    sealed = []
+    keys = []
+    seal_ms = []
     size = 0
     try:
         for j in range(want):
             ins = gen_inputs(w, req["input_shapes"], req["axes"], _derive_seed(w["uuid"], j, "timed"))
+            # The candidate gets every set sealed (encrypted with its own key, on the device the
+            # candidate will decrypt it on) and each key only as its call starts (op_time asks
+            # the parent), so no output can be computed ahead of its call.
+            key = secrets.randbits(63)
+            dev = STATE["device"]  # the candidate decrypts on the same kind of device (same RNG)
+            kg._sync(dev)
+            t0 = time.perf_counter()
+            enc = [kg.keystream_xor(x.detach().to(dev), key, i) if isinstance(x, torch.Tensor) else x
+                   for i, x in enumerate(ins)]
+            kg._sync(dev)
+            seal_ms.append((time.perf_counter() - t0) * 1e3)
+            keys.append(key)
+            sealed.append([x.cpu() if isinstance(x, torch.Tensor) else x for x in enc])
             ins = [x.detach().cpu() if isinstance(x, torch.Tensor) else x for x in ins]
             sets.append(ins)
             size += sum(x.numel() * x.element_size() for x in ins if isinstance(x, torch.Tensor))
@@ -354,12 +370,16 @@ def op_prepare_timed(req):
                 break
     except Exception as e:
         return kg.error_reply("invalid_reference", f"failed to generate timed inputs: {type(e).__name__}: {e}", traceback.format_exc())
-    torch.save(sets, req["path"])
+    torch.save(sealed, req["path"])
     STATE["timed"] = {"sets": sets}
     # The reference is timed on the very same distinct input sets, so both sides pay the same
     # cache misses (timing it on repeated clones would favour the reference).
     STATE["timed_ref_sets"] = sets
-    return {"result": "ok", "count": len(sets)}
+    # ... and opened the same way: sealed on the device, each set decrypted just before its call.
+    STATE["timed_ref_sealed"] = (sealed, keys)
+    # Keys go to the parent only (the candidate never reads the judge's replies); the sealing
+    # times bound the candidate's decryption time inside the dual clock's wall time.
+    return {"result": "ok", "count": len(sets), "keys": [str(k) for k in keys], "seal_ms": seal_ms}
 
 
 def op_sample_timed(req):
@@ -407,12 +427,37 @@ def op_check_timed(req):
     return {"result": "ok", **worst, "checked": t["picked"]}
 
 
+class _OpenOnAccess:
+    """The reference's timed sets, sealed like the candidate's and decrypted on first access
+    (just before each call, outside its timed span), so both sides' memory sees the same
+    pattern between calls."""
+
+    def __init__(self, sealed, keys):
+        self._sealed = sealed
+        self._keys = keys
+        self._open = {}
+
+    def __len__(self):
+        return len(self._sealed)
+
+    def __getitem__(self, i):
+        a = self._open.get(i)
+        if a is None:
+            ins = [kg.keystream_xor(x, self._keys[i], j) if isinstance(x, torch.Tensor) else x
+                   for j, x in enumerate(self._sealed[i])]
+            self._sealed[i] = None
+            a = (ins, i)
+            self._open[i] = a
+        return a
+
+
 def op_time_reference(req):
     if STATE["ref_out"].get("round") is None:
         return kg.error_reply("protocol", "no prepared inputs to time the reference on")
     inputs = STATE["ref_out"]["inputs"]
     dev = STATE["device"]
     timed_sets = STATE.pop("timed_ref_sets", None)
+    sealed, keys = STATE.pop("timed_ref_sealed", (None, None))
 
     def same_kind(ins):
         # Only the current workload's sets: same arity, and every tensor of the same shape/dtype.
@@ -429,7 +474,10 @@ def op_time_reference(req):
         # Timed exactly as the candidate was: warm-up on the last round's inputs, then one call
         # per distinct timed set, as many calls as the candidate made (never a set twice, never
         # a warmed-up set), so neither side is timed on inputs the other had hot in a cache.
-        sets = [[x.to(dev) if isinstance(x, torch.Tensor) else x for x in ins] for ins in timed_sets]
+        if sealed is not None and len(sealed) == len(timed_sets):
+            sets = [[x.to(dev) if isinstance(x, torch.Tensor) else x for x in ins] for ins in sealed]
+        else:
+            sets, keys = [[x.to(dev) if isinstance(x, torch.Tensor) else x for x in ins] for ins in timed_sets], None
         sets = sets[: max(1, min(iterations, len(sets)))]
         warm = [_clone(x) for x in inputs]
         try:
@@ -443,10 +491,14 @@ def op_time_reference(req):
         stash = [kg.alloc_like_spec(specs, dev) for _ in sets]
         after = lambda a, r: kg.stash_outputs(r, stash[a[1]])  # noqa: E731
     else:
+        keys = None
         k = max(1, int(req.get("clones", 1)))
         sets = [[_clone(x) for x in inputs] for _ in range(k)]
         after = None
-    args = [(ins, i) for i, ins in enumerate(sets)]
+    if keys is None:
+        args = [(ins, i) for i, ins in enumerate(sets)]
+    else:
+        args = _OpenOnAccess(sets, keys)
     try:
         times, notes = kg.time_calls(lambda a: fn(*a[0]), args, dev, warmup, iterations, req["method"], req.get("budget_s"), after)
     except Exception as e:

@@ -100,6 +100,35 @@ class Channel:
         data = (json.dumps(json_safe(obj), allow_nan=False, default=str) + "\n").encode()
         self.sock.sendall(data)
 
+    def aside(self, obj):
+        """Asks the parent something in the middle of answering a request (an `aside` line, one
+        reply line back); the request's own reply still comes last."""
+        self.send(dict(obj, aside=True))
+        r = self.recv()
+        if r is None:
+            raise ConnectionError("the parent closed the socket during an aside")
+        return r
+
+
+# The channel of the running worker (for asides from inside a request handler).
+CHANNEL = []
+
+
+def keystream_xor(t, key, index):
+    """t's bytes XOR a keystream from t's device RNG seeded by (key, index), as a contiguous tensor
+    of t's dtype and shape. The same call encrypts and decrypts. The judge encrypts each timed
+    input set with its own secret key; the candidate gets the key of set i only when call i is
+    about to start, so it cannot compute outputs for sets it has not been handed yet."""
+    import torch
+
+    b = t.contiguous().reshape(-1).view(torch.uint8)
+    n = b.numel()
+    g = torch.Generator(device=t.device)
+    g.manual_seed((int(key) ^ (int(index) * 0x9E3779B97F4A7C15)) & ((1 << 63) - 1))
+    ks = torch.randint(-(1 << 63), (1 << 63) - 1, ((n + 7) // 8,), dtype=torch.int64,
+                       device=t.device, generator=g).view(torch.uint8)[:n]
+    return torch.bitwise_xor(b, ks).view(t.dtype).reshape(t.shape)
+
 
 _F64_MAX = 1.7976931348623157e308
 
@@ -134,6 +163,7 @@ def serve(handlers):
         sys.exit(2)
     start_parent_watchdog()
     chan = Channel(sys.argv[1])
+    CHANNEL.append(chan)
     while True:
         try:
             req = chan.recv()
@@ -389,10 +419,12 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
         spin = getattr(torch.cuda, "_sleep", None)
         notes["launch_gap_hidden"] = spin is not None
 
-        def bracket(fn, count, post=None, mark=False):
+        def bracket(fn, count, post=None, mark=False, pre=None):
             starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
             ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
             for i in range(count):
+                if pre is not None:
+                    pre(i)  # e.g. decrypting call i's inputs: before the flush, never timed
                 flush.zero_()
                 torch.cuda.synchronize()
                 if spin is not None:
@@ -419,7 +451,8 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
                 notes["cupti_fallback"] = why
             recording = why is None
         try:
-            raw = bracket(lambda i: call(arg_sets[i % n]), iterations, post, mark=recording and spin is not None)
+            raw = bracket(lambda i: call(arg_sets[i % n]), iterations, post, mark=recording and spin is not None,
+                          pre=lambda i: arg_sets[i % n])
         finally:
             events = _cupti_stop() if recording else None
         notes["bracket_overhead_ms"] = overhead

@@ -936,7 +936,23 @@ impl Session {
         req: &Value,
         deadline: Instant,
     ) -> Result<Result<Value, Outcome>, ExecError> {
-        match cand.request(req, deadline, &self.cancel) {
+        self.candidate_call_with(
+            cand,
+            req,
+            deadline,
+            &mut |_| json!({"error": "this request takes no asides"}),
+        )
+    }
+
+    /// [`Session::candidate_call`], answering the candidate's asides with `on_aside`.
+    fn candidate_call_with(
+        &self,
+        cand: &mut Worker,
+        req: &Value,
+        deadline: Instant,
+        on_aside: &mut dyn FnMut(&Value) -> Value,
+    ) -> Result<Result<Value, Outcome>, ExecError> {
+        match cand.request_with(req, deadline, &self.cancel, on_aside) {
             Ok(r) if reply_ok(&r) => Ok(Ok(r)),
             Ok(r) => {
                 let status = match reply_kind(&r) {
@@ -1164,11 +1180,10 @@ impl Session {
                 "timing produced no samples",
             ));
         };
-        let speedup = if cs.median_ms > 0.0 {
-            rs.median_ms / cs.median_ms
-        } else {
-            0.0
-        };
+        // Median, unless the mean says the work was concentrated in a few calls (both sides).
+        let (c_lat, c_raised) = integrity::robust_latency(&cs);
+        let (r_lat, r_raised) = integrity::robust_latency(&rs);
+        let speedup = if c_lat > 0.0 { r_lat / c_lat } else { 0.0 };
         let sum_ms = |v: &Value| -> f64 {
             v.get("times_ms")
                 .and_then(Value::as_array)
@@ -1196,6 +1211,16 @@ impl Session {
                 ref_s
             ));
         }
+        for (who, raised, sp) in [("candidate", c_raised, &cs), ("reference", r_raised, &rs)] {
+            if raised {
+                log.push_str(&format!(
+                    "harness: {who} latency is mean / {} = {:.6} ms, not the median {:.6} ms: its timed calls' time is concentrated in a few of them\n",
+                    integrity::CONCENTRATION_RATIO,
+                    sp.mean_ms / integrity::CONCENTRATION_RATIO,
+                    sp.median_ms
+                ));
+            }
+        }
         if let Some(n) = cupti_note {
             log.push_str(&format!("harness: {n}\n"));
         }
@@ -1215,8 +1240,8 @@ impl Session {
                 max_abs, max_rel, has_nan, has_inf, min_ratio, rounds,
             )),
             performance: Some(Performance {
-                latency_ms: cs.median_ms,
-                reference_latency_ms: rs.median_ms,
+                latency_ms: c_lat,
+                reference_latency_ms: r_lat,
                 speedup_factor: speedup,
                 timing_method: Some(method),
                 warmup: Some(self.opts.warmup),
@@ -1254,12 +1279,29 @@ impl Session {
             "iterations": self.opts.iterations.max(1),
             "budget_bytes": if gpu { integrity::TIMED_INPUT_BUDGET_GPU } else { integrity::TIMED_INPUT_BUDGET_CPU },
         });
-        match self.judge_request(&preq, deadline) {
-            Ok(r) if reply_ok(&r) => {}
+        let mut keys = match self.judge_request(&preq, deadline) {
+            Ok(r) if reply_ok(&r) => {
+                let strs = |k: &str| -> Vec<String> {
+                    r.get(k)
+                        .and_then(Value::as_array)
+                        .map(|a| {
+                            a.iter()
+                                .filter_map(|v| v.as_str().map(str::to_string))
+                                .collect()
+                        })
+                        .unwrap_or_default()
+                };
+                let seal_ms = r
+                    .get("seal_ms")
+                    .and_then(Value::as_array)
+                    .map(|a| a.iter().filter_map(Value::as_f64).collect())
+                    .unwrap_or_default();
+                integrity::TimedKeys::new(strs("keys"), seal_ms)
+            }
             Ok(r) => return Ok(Timed::fail(Status::InvalidReference, reply_message(&r))),
             Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
             Err(JudgeFail::Other(m)) => return Ok(Timed::fail(Status::InvalidReference, m)),
-        }
+        };
         let prep_s = t_prep.elapsed().as_secs_f64();
         let t_load = Instant::now();
         let lreq = json!({
@@ -1279,7 +1321,13 @@ impl Session {
             "method": method_name, "budget_s": budget,
         });
         let t0 = Instant::now();
-        let tr = match self.candidate_call(cand, &treq, deadline)? {
+        let tr = self.candidate_call_with(cand, &treq, deadline, &mut |a| keys.answer(a))?;
+        let outside_ms = t0.elapsed().as_secs_f64() * 1e3;
+        // A key asked out of turn is the attack the sealing exists for, whatever happened next.
+        if let Some(why) = keys.violation.take() {
+            return Ok(Timed::fail(Status::RewardHack, why));
+        }
+        let tr = match tr {
             Ok(r) => r,
             Err(o) => {
                 return Ok(Timed::Fail(Box::new(TimedFail {
@@ -1288,7 +1336,6 @@ impl Session {
                 })));
             }
         };
-        let outside_ms = t0.elapsed().as_secs_f64() * 1e3;
         let t_checks = Instant::now();
         if let Some(m) = tr.get("reward_hack").and_then(Value::as_str) {
             return Ok(Timed::fail(Status::RewardHack, m.to_string()));
@@ -1307,9 +1354,13 @@ impl Session {
         // A CUDA graph replays `graph_unroll` launches (our harness: 10) per reported sample.
         let graph = method_name == "cuda_graph";
         let reported_ms: f64 = times.iter().sum::<f64>() * if graph { 10.0 } else { 1.0 };
-        if let Some(why) =
-            integrity::dual_clock_violation(reported_ms, outside_ms, times.len(), gpu)
-        {
+        if let Some(why) = integrity::dual_clock_violation(
+            reported_ms,
+            outside_ms,
+            times.len(),
+            gpu,
+            2.0 * keys.seal_ms_served(),
+        ) {
             return Ok(Timed::fail(Status::RewardHack, why));
         }
         // CUDA-graph timing replays the first input set only.

@@ -14,6 +14,77 @@ pub const TIMED_SAMPLES: usize = 3;
 /// wall time (after the fixed allowance).
 pub const DUAL_CLOCK_RATIO: f64 = 0.5;
 
+/// The reported latency is at least the mean of the timed calls over this: a candidate that
+/// concentrates the work of many calls into one (e.g. fetching every timed set's key during
+/// its first call) lowers the median but not the mean, so it gains at most this factor.
+pub const CONCENTRATION_RATIO: f64 = 2.0;
+
+/// The latency a spread stands for: its median, or mean / [`CONCENTRATION_RATIO`] when that is
+/// larger (`true` then: the log says so).
+pub fn robust_latency(s: &Spread) -> (f64, bool) {
+    let floor = s.mean_ms / CONCENTRATION_RATIO;
+    if floor > s.median_ms {
+        (floor, true)
+    } else {
+        (s.median_ms, false)
+    }
+}
+
+/// Hands out the keys of the sealed timed input sets to the candidate (asides during its
+/// `time` request): each key once and in order, so no set can be opened before the call that
+/// uses it is due (any other request is recorded as a violation: REWARD_HACK).
+#[derive(Debug, Clone)]
+pub struct TimedKeys {
+    keys: Vec<String>,
+    seal_ms: Vec<f64>,
+    next: usize,
+    /// Why the candidate's key requests broke the protocol, if they did.
+    pub violation: Option<String>,
+}
+
+impl TimedKeys {
+    /// Keys (decimal strings) and the judge's sealing time (ms) of each set.
+    pub fn new(keys: Vec<String>, seal_ms: Vec<f64>) -> TimedKeys {
+        TimedKeys {
+            keys,
+            seal_ms,
+            next: 0,
+            violation: None,
+        }
+    }
+
+    /// The reply to one aside.
+    pub fn answer(&mut self, aside: &serde_json::Value) -> serde_json::Value {
+        let op = aside.get("op").and_then(serde_json::Value::as_str);
+        let index = aside.get("index").and_then(serde_json::Value::as_u64);
+        let why = match (op, index) {
+            (Some("timed_key"), Some(i))
+                if i as usize == self.next && self.next < self.keys.len() =>
+            {
+                self.next += 1;
+                return serde_json::json!({"key": self.keys[i as usize]});
+            }
+            (Some("timed_key"), Some(i)) => format!(
+                "the candidate asked for the key of timed input set {i} when set {} was due (each key is handed out once, in order, as its call starts)",
+                self.next
+            ),
+            _ => format!("the candidate sent an unexpected aside while timed: {aside}"),
+        };
+        self.violation.get_or_insert(why.clone());
+        serde_json::json!({"error": why})
+    }
+
+    /// Keys handed out so far.
+    pub fn served(&self) -> usize {
+        self.next
+    }
+
+    /// The judge's sealing time of the sets handed out (decrypting costs the same).
+    pub fn seal_ms_served(&self) -> f64 {
+        self.seal_ms.iter().take(self.next).sum()
+    }
+}
+
 /// Statistics of raw per-iteration times (ms); `None` when there are none or any is not finite
 /// or negative. Quartiles interpolate like Python's `statistics.quantiles(method="inclusive")`.
 pub fn spread_from_times(times: &[f64]) -> Option<Spread> {
@@ -51,14 +122,17 @@ pub fn dual_clock_allowance_ms(iterations: usize, gpu: bool) -> f64 {
 
 /// Dual clock: `Some(reason)` when the time the candidate reported for a timed batch
 /// (`reported_ms`, summed over its iterations) is less than [`DUAL_CLOCK_RATIO`] of the wall
-/// time the parent measured around the same batch (`outside_ms`) minus the allowance.
+/// time the parent measured around the same batch (`outside_ms`) minus the allowance, which
+/// grows by `extra_allowance_ms` (trusted work inside the wall time, e.g. decrypting the timed
+/// sets, as the judge measured it).
 pub fn dual_clock_violation(
     reported_ms: f64,
     outside_ms: f64,
     iterations: usize,
     gpu: bool,
+    extra_allowance_ms: f64,
 ) -> Option<String> {
-    let allowance = dual_clock_allowance_ms(iterations, gpu);
+    let allowance = dual_clock_allowance_ms(iterations, gpu) + extra_allowance_ms.max(0.0);
     let floor = DUAL_CLOCK_RATIO * (outside_ms - allowance);
     if reported_ms.is_finite() && reported_ms >= floor {
         return None;
@@ -154,19 +228,73 @@ mod tests {
     }
 
     #[test]
+    fn dual_clock_extra_allowance_covers_trusted_work_only() {
+        // 200 ms of decryption inside the wall time: allowed when the judge measured it.
+        assert!(dual_clock_violation(10.0, 250.0, 10, false, 0.0).is_some());
+        assert!(dual_clock_violation(10.0, 250.0, 10, false, 220.0).is_none());
+        assert!(dual_clock_violation(10.0, 250.0, 10, false, -1e9).is_some());
+    }
+
+    #[test]
+    fn robust_latency_bounds_work_concentrated_in_few_calls() {
+        let honest = spread_from_times(&[1.0, 1.1, 0.9, 1.0, 1.2]).unwrap();
+        assert_eq!(robust_latency(&honest), (honest.median_ms, false));
+        // All work in the first call: the median says 0.01 ms, the mean 1.0 ms.
+        let mut t = vec![0.01; 49];
+        t.insert(0, 50.0 - 0.49);
+        let s = spread_from_times(&t).unwrap();
+        let (lat, raised) = robust_latency(&s);
+        assert!(raised);
+        assert!((lat - s.mean_ms / CONCENTRATION_RATIO).abs() < 1e-12);
+        assert!(lat >= 0.5 * 1.0 - 1e-9, "{lat}");
+    }
+
+    #[test]
+    fn timed_keys_are_handed_out_once_and_in_order() {
+        let mut k = TimedKeys::new(
+            vec!["11".into(), "22".into(), "33".into()],
+            vec![1.0, 2.0, 4.0],
+        );
+        let ask = |i: u64| serde_json::json!({"aside": true, "op": "timed_key", "index": i});
+        assert_eq!(k.answer(&ask(0))["key"], "11");
+        assert_eq!(k.answer(&ask(1))["key"], "22");
+        assert_eq!((k.served(), k.seal_ms_served()), (2, 3.0));
+        assert!(k.violation.is_none());
+        // Asking again, skipping ahead, or past the end: refused and recorded.
+        assert!(k.answer(&ask(1)).get("key").is_none());
+        assert!(
+            k.violation
+                .as_deref()
+                .unwrap()
+                .contains("set 1 when set 2 was due")
+        );
+        let mut k2 = TimedKeys::new(vec!["1".into()], vec![0.5]);
+        assert!(k2.answer(&ask(3)).get("error").is_some());
+        assert!(
+            k2.answer(&serde_json::json!({"aside": true, "op": "other"}))
+                .get("error")
+                .is_some()
+        );
+        let mut k3 = TimedKeys::new(vec!["1".into()], vec![0.5]);
+        assert_eq!(k3.answer(&ask(0))["key"], "1");
+        assert!(k3.answer(&ask(1)).get("error").is_some());
+        assert_eq!(k3.served(), 1);
+    }
+
+    #[test]
     fn dual_clock_flags_forged_totals_only() {
         // Honest CPU batch: 50 calls of 10 ms, 505 ms of wall time.
-        assert!(dual_clock_violation(500.0, 505.0, 50, false).is_none());
+        assert!(dual_clock_violation(500.0, 505.0, 50, false, 0.0).is_none());
         // A timer running 1000x slow: 0.5 ms reported for 500 ms of work.
-        let why = dual_clock_violation(0.5, 505.0, 50, false).unwrap();
+        let why = dual_clock_violation(0.5, 505.0, 50, false, 0.0).unwrap();
         assert!(why.contains("dual clock"), "{why}");
         // Forged constant statistics.
-        assert!(dual_clock_violation(0.005, 60.0, 5, false).is_some());
+        assert!(dual_clock_violation(0.005, 60.0, 5, false, 0.0).is_some());
         // Tiny honest batches sit inside the allowance.
-        assert!(dual_clock_violation(0.01, 15.0, 3, false).is_none());
+        assert!(dual_clock_violation(0.01, 15.0, 3, false, 0.0).is_none());
         // A GPU batch with per-iteration flush/sync overhead outside the events is fine.
-        assert!(dual_clock_violation(0.5, 300.0, 50, true).is_none());
-        assert!(dual_clock_violation(f64::NAN, 1.0, 1, false).is_some());
+        assert!(dual_clock_violation(0.5, 300.0, 50, true, 0.0).is_none());
+        assert!(dual_clock_violation(f64::NAN, 1.0, 1, false, 0.0).is_some());
     }
 }
 

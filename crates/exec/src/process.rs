@@ -13,7 +13,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal, kill_process_group};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// Bytes of each stream kept: the head and the tail, each half of this.
 pub const LOG_LIMIT: usize = 64 * 1024;
@@ -567,6 +567,23 @@ impl Worker {
         deadline: Instant,
         cancel: &CancelToken,
     ) -> Result<Value, WorkerError> {
+        self.request_with(
+            msg,
+            deadline,
+            cancel,
+            &mut |_| json!({"error": "this request takes no asides"}),
+        )
+    }
+
+    /// [`Worker::request`], answering each `aside` line the worker sends before its reply
+    /// (`{"aside": true, ...}`, e.g. the key of the next timed input set) with `on_aside`.
+    pub fn request_with(
+        &mut self,
+        msg: &Value,
+        deadline: Instant,
+        cancel: &CancelToken,
+        on_aside: &mut dyn FnMut(&Value) -> Value,
+    ) -> Result<Value, WorkerError> {
         if let Some(how) = &self.dead {
             return Err(WorkerError::Died { how: how.clone() });
         }
@@ -579,7 +596,30 @@ impl Worker {
         let started = Instant::now();
         let mut buf = Vec::new();
         loop {
-            match self.reader.read_until(b'\n', &mut buf) {
+            let v = self.read_line(&mut buf, started, deadline, cancel)?;
+            if v.get("aside").and_then(Value::as_bool) != Some(true) {
+                return Ok(v);
+            }
+            let mut line = serde_json::to_string(&on_aside(&v))
+                .map_err(|e| WorkerError::Protocol(e.to_string()))?;
+            line.push('\n');
+            if let Err(source) = self.writer.write_all(line.as_bytes()) {
+                return Err(self.classify_failure(source));
+            }
+            buf.clear();
+        }
+    }
+
+    /// Reads one JSON-object line into `buf` (which it leaves holding the line).
+    fn read_line(
+        &mut self,
+        buf: &mut Vec<u8>,
+        started: Instant,
+        deadline: Instant,
+        cancel: &CancelToken,
+    ) -> Result<Value, WorkerError> {
+        loop {
+            match self.reader.read_until(b'\n', buf) {
                 Ok(0) => {
                     return Err(self.wait_died());
                 }
@@ -614,10 +654,10 @@ impl Worker {
                 }
             }
         }
-        let v: Value = serde_json::from_slice(&buf).map_err(|e| {
+        let v: Value = serde_json::from_slice(buf).map_err(|e| {
             WorkerError::Protocol(format!(
                 "{e}: `{}`",
-                tail(&String::from_utf8_lossy(&buf), 500)
+                tail(&String::from_utf8_lossy(buf), 500)
             ))
         })?;
         if !v.is_object() {

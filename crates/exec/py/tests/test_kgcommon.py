@@ -150,3 +150,49 @@ def test_warm_up_runs_count_calls_or_stops_at_a_quarter_of_the_budget():
     calls.clear()
     kg.warm_up(lambda: (calls.append(1), time.sleep(0.02)), torch.device("cpu"), 1000, budget_s=0.2)
     assert 2 <= len(calls) <= 5  # stops once 0.05 s (a quarter of the budget) has passed
+
+
+@pytest.mark.parametrize("t", [
+    torch.randn(33, 896).to(torch.bfloat16),
+    torch.randn(7, 3, 5),
+    torch.randint(-5, 5, (17,), dtype=torch.int64),
+    torch.rand(9) > 0.5,
+    torch.randn(4, 4).to(torch.float8_e4m3fn),
+    torch.tensor(3.5),
+    torch.empty(0, 8),
+    torch.randn(8, 6).t(),  # not contiguous
+])
+def test_keystream_xor_seals_and_opens_every_dtype_and_shape(t):
+    sealed = kg.keystream_xor(t, 123456789, 2)
+    assert sealed.dtype == t.dtype and sealed.shape == t.shape
+    raw = t.contiguous().reshape(-1).view(torch.uint8)
+    if raw.numel() >= 8:
+        # Sealed bytes differ from the plain ones (a keystream byte is 0 only 1 time in 256).
+        assert (sealed.contiguous().reshape(-1).view(torch.uint8) != raw).float().mean() > 0.9
+    opened = kg.keystream_xor(sealed, 123456789, 2)
+    assert torch.equal(opened.reshape(-1).view(torch.uint8), raw)
+    if raw.numel() >= 8:
+        # Another key or another tensor index opens nothing.
+        for key, index in ((123456788, 2), (123456789, 3)):
+            wrong = kg.keystream_xor(sealed, key, index)
+            assert (wrong.reshape(-1).view(torch.uint8) != raw).float().mean() > 0.9
+
+
+def test_time_calls_opens_each_set_just_before_its_call_on_the_cpu():
+    # A lazy sequence records when each set is opened relative to the calls.
+    log = []
+
+    class Sets:
+        def __len__(self):
+            return 5
+
+        def __getitem__(self, i):
+            log.append(("open", i))
+            return i
+
+    def call(i):
+        log.append(("call", i))
+
+    times, _ = kg.time_calls(call, Sets(), torch.device("cpu"), 0, 5, "cpu_wall")
+    assert len(times) == 5
+    assert log == [x for i in range(5) for x in (("open", i), ("call", i))]
