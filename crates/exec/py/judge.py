@@ -443,6 +443,9 @@ class _OpenOnAccess:
     def __getitem__(self, i):
         a = self._open.get(i)
         if a is None:
+            # The candidate asks kg-bench for each key here; the same round trip keeps the two
+            # sides' timed calls alike (the reply carries nothing the judge needs).
+            kg.CHANNEL[0].aside({"op": "timed_key", "index": i})
             ins = [kg.keystream_xor(x, self._keys[i], j) if isinstance(x, torch.Tensor) else x
                    for j, x in enumerate(self._sealed[i])]
             self._sealed[i] = None

@@ -125,7 +125,8 @@ def keystream_xor(t, key, index):
     n = b.numel()
     g = torch.Generator(device=t.device)
     g.manual_seed((int(key) ^ (int(index) * 0x9E3779B97F4A7C15)) & ((1 << 63) - 1))
-    ks = torch.randint(-(1 << 63), (1 << 63) - 1, ((n + 7) // 8,), dtype=torch.int64,
+    # 32-bit draws: the range stays below 2**32, the path every device's RNG implements.
+    ks = torch.randint(-(1 << 31), (1 << 31) - 1, ((n + 3) // 4,), dtype=torch.int32,
                        device=t.device, generator=g).view(torch.uint8)[:n]
     return torch.bitwise_xor(b, ks).view(t.dtype).reshape(t.shape)
 
