@@ -285,36 +285,6 @@ def op_time_load(req):
     return {"result": "ok", "count": len(sets)}
 
 
-class _SealedSets:
-    """The timed input sets as the judge sealed them: set i is decrypted on first access (its key
-    asked from the parent, which hands each key out once, in order), which the timing loop makes
-    just before call i and outside its timed span."""
-
-    def __init__(self, sets):
-        self._sealed = [ins for ins, _ in sets]
-        self._outs = [outs for _, outs in sets]
-        self._open = {}
-
-    def __len__(self):
-        return len(self._sealed)
-
-    def __getitem__(self, i):
-        a = self._open.get(i)
-        if a is None:
-            import torch
-
-            r = kg.CHANNEL[0].aside({"op": "timed_key", "index": i})
-            if "key" not in r:
-                raise RuntimeError(f"no key for timed input set {i}: {r.get('message', r)}")
-            key = int(r["key"])
-            ins = [kg.keystream_xor(x, key, j) if isinstance(x, torch.Tensor) else x
-                   for j, x in enumerate(self._sealed[i])]
-            self._sealed[i] = None
-            a = (ins, self._outs[i], i)
-            self._open[i] = a
-        return a
-
-
 def op_time(req):
     """Times one call per timed input set (never the same values twice); keeps each output."""
     import threading
@@ -355,7 +325,7 @@ def op_time(req):
         if t["stash"] is not None and isinstance(o, list):
             store[i] = kg.stash_outputs(o, t["stash"][i])
 
-    args = _SealedSets(sets)
+    args = kg.SealedSets([ins for ins, _ in sets], extras=[(outs,) for _, outs in sets])
     iters = min(int(req["iterations"]), len(args))
     try:
         times, notes = kg.time_calls(call, args, STATE["device"], 0, iters, req["method"], req.get("budget_s"), after)

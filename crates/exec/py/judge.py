@@ -427,33 +427,6 @@ def op_check_timed(req):
     return {"result": "ok", **worst, "checked": t["picked"]}
 
 
-class _OpenOnAccess:
-    """The reference's timed sets, sealed like the candidate's and decrypted on first access
-    (just before each call, outside its timed span), so both sides' memory sees the same
-    pattern between calls."""
-
-    def __init__(self, sealed, keys):
-        self._sealed = sealed
-        self._keys = keys
-        self._open = {}
-
-    def __len__(self):
-        return len(self._sealed)
-
-    def __getitem__(self, i):
-        a = self._open.get(i)
-        if a is None:
-            # The candidate asks kg-bench for each key here; the same round trip keeps the two
-            # sides' timed calls alike (the reply carries nothing the judge needs).
-            kg.CHANNEL[0].aside({"op": "timed_key", "index": i})
-            ins = [kg.keystream_xor(x, self._keys[i], j) if isinstance(x, torch.Tensor) else x
-                   for j, x in enumerate(self._sealed[i])]
-            self._sealed[i] = None
-            a = (ins, i)
-            self._open[i] = a
-        return a
-
-
 def op_time_reference(req):
     if STATE["ref_out"].get("round") is None:
         return kg.error_reply("protocol", "no prepared inputs to time the reference on")
@@ -501,7 +474,7 @@ def op_time_reference(req):
     if keys is None:
         args = [(ins, i) for i, ins in enumerate(sets)]
     else:
-        args = _OpenOnAccess(sets, keys)
+        args = kg.SealedSets(sets, keys=keys)
     try:
         times, notes = kg.time_calls(lambda a: fn(*a[0]), args, dev, warmup, iterations, req["method"], req.get("budget_s"), after)
     except Exception as e:

@@ -114,6 +114,42 @@ class Channel:
 CHANNEL = []
 
 
+class SealedSets:
+    """Timed input sets as the judge sealed them (keystream_xor, one key per set), opened on first
+    access: just before the call that uses them, outside its timed span. Opening set i asks the
+    parent for key i (an aside; the parent hands each key out once, in order). The judge passes
+    its own `keys` and makes the same round trip, so both sides are timed alike. Item i is
+    `(inputs, *extras[i], i)`."""
+
+    def __init__(self, sealed, keys=None, extras=None):
+        self._sealed = sealed if isinstance(sealed, list) else list(sealed)  # freed as opened
+        self._keys = keys
+        self._extras = extras
+        self._open = {}
+
+    def __len__(self):
+        return len(self._sealed)
+
+    def __getitem__(self, i):
+        a = self._open.get(i)
+        if a is None:
+            import torch
+
+            r = CHANNEL[0].aside({"op": "timed_key", "index": i})
+            if self._keys is not None:
+                key = self._keys[i]
+            elif "key" in r:
+                key = int(r["key"])
+            else:
+                raise RuntimeError(f"no key for timed input set {i}: {r.get('error', r)}")
+            ins = [keystream_xor(x, key, j) if isinstance(x, torch.Tensor) else x
+                   for j, x in enumerate(self._sealed[i])]
+            self._sealed[i] = None
+            a = (ins, *(self._extras[i] if self._extras is not None else ()), i)
+            self._open[i] = a
+        return a
+
+
 def keystream_xor(t, key, index):
     """t's bytes XOR a keystream from t's device RNG seeded by (key, index), as a contiguous tensor
     of t's dtype and shape. The same call encrypts and decrypts. The judge encrypts each timed

@@ -196,3 +196,33 @@ def test_time_calls_opens_each_set_just_before_its_call_on_the_cpu():
     times, _ = kg.time_calls(call, Sets(), torch.device("cpu"), 0, 5, "cpu_wall")
     assert len(times) == 5
     assert log == [x for i in range(5) for x in (("open", i), ("call", i))]
+
+
+def test_sealed_sets_open_in_order_with_the_parents_keys(monkeypatch):
+    plain = [[torch.randn(4, 8), 1e-6], [torch.randn(4, 8), 1e-6]]
+    keys = [111, 222]
+    sealed = [[kg.keystream_xor(x, k, j) if isinstance(x, torch.Tensor) else x for j, x in enumerate(ins)]
+              for ins, k in zip(plain, keys)]
+    asked = []
+
+    class Parent:
+        def aside(self, obj):
+            asked.append(obj["index"])
+            return {"key": str(keys[obj["index"]])}
+
+    monkeypatch.setattr(kg, "CHANNEL", [Parent()])
+    s = kg.SealedSets(sealed, extras=[("out0",), ("out1",)])
+    assert len(s) == 2 and asked == []  # nothing opened before it is used
+    ins, out, i = s[0]
+    assert torch.equal(ins[0], plain[0][0]) and ins[1] == 1e-6 and (out, i) == ("out0", 0)
+    s[0]
+    assert asked == [0]  # opened once
+    assert torch.equal(s[1][0][0], plain[1][0]) and asked == [0, 1]
+
+    class Refusing:
+        def aside(self, obj):
+            return {"error": "out of turn"}
+
+    monkeypatch.setattr(kg, "CHANNEL", [Refusing()])
+    with pytest.raises(RuntimeError, match="out of turn"):
+        kg.SealedSets(sealed)[0]
