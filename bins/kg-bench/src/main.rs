@@ -409,6 +409,12 @@ fn evaluate(a: EvaluateArgs, cancel: &CancelToken) -> Result<i32, Failure> {
     }
     let (interp, acquired) = prepare_env(&a.env)?;
     let opts = options(&acquired, &a.eval)?;
+    sol_notice(
+        &opts,
+        workloads
+            .iter()
+            .map(|w| (problem.definition.name.as_str(), w.workload.uuid.as_str())),
+    );
     let mut session = Session::new(interp, opts, cancel.clone()).map_err(from_exec)?;
     let progress = Progress::new();
     let mut write_error: Option<kg_contract::ContractError> = None;
@@ -437,6 +443,25 @@ fn evaluate(a: EvaluateArgs, cancel: &CancelToken) -> Result<i32, Failure> {
         }
     }
     Ok(exit_for(&traces))
+}
+
+/// Says so when `--sol` bounds none of the workloads about to run (a wrong file would
+/// otherwise check nothing, silently).
+fn sol_notice<'a>(opts: &EvalOptions, selected: impl Iterator<Item = (&'a str, &'a str)>) {
+    let Some(f) = &opts.sol_floor else { return };
+    let (mut n, mut bounded) = (0, 0);
+    for (d, u) in selected {
+        n += 1;
+        if f.t_sol_ms.contains_key(&(d.to_string(), u.to_string())) {
+            bounded += 1;
+        }
+    }
+    if bounded < n {
+        eprintln!(
+            "notice: --sol `{}` bounds {bounded} of the {n} selected workload(s); the others have no speed-of-light floor",
+            f.source
+        );
+    }
 }
 
 fn exit_for(traces: &[Trace]) -> i32 {
@@ -485,6 +510,14 @@ fn run(a: RunArgs, cancel: &CancelToken) -> Result<i32, Failure> {
     let (interp, acquired) = prepare_env(&a.env)?;
     let device = acquired.choice.clone();
     let opts = options(&acquired, &a.eval)?;
+    sol_notice(
+        &opts,
+        plan.iter().flat_map(|(p, _)| {
+            corpus::select_workloads(p, None, a.eval.max_workloads)
+                .into_iter()
+                .map(|w| (p.definition.name.as_str(), w.workload.uuid.as_str()))
+        }),
+    );
     let mut session = Session::new(interp, opts, cancel.clone()).map_err(from_exec)?;
     let progress = Progress::new();
     let mut files = Vec::new();

@@ -468,6 +468,11 @@ fn latency_below_the_speed_of_light_floor_is_reward_hack() {
     assert_eq!(e.status, Status::RewardHack, "{}", e.log);
     assert!(e.log.contains("speed-of-light floor"), "{}", e.log);
     assert_eq!(by_uuid(&uuids[1]).status, Status::Passed);
+    assert!(
+        stderr(&o).contains("bounds 1 of the 2 selected workload(s)"),
+        "{}",
+        stderr(&o)
+    );
     std::fs::write(&sol, "{\"definition\": \"kg_fixture_add\"}\n").unwrap();
     let o = kg(&py, tmp.path())
         .args(["evaluate"])
