@@ -463,6 +463,71 @@ fn runtime_mismatch_is_inconclusive_not_blamed() {
     assert_eq!(f.fingerprint(), before);
 }
 
+/// A FlyDSL-shaped checkout (`python/flydsl`, version 0.2.0) validated against a prebuilt
+/// runtime in PYLIB: only a matching version for a patch that leaves the runtime's sources alone
+/// is accepted; anything else is an environment fact (INCONCLUSIVE), never blamed on the PR.
+#[test]
+fn flydsl_prebuilt_runtime_must_match_the_tree() {
+    let Some(py) = python(false) else { return };
+    let checkout = Edit::Write(
+        "python/flydsl/_version.py",
+        "__version__ = \"0.2.0\"\n".into(),
+    );
+    let init = Edit::Write(
+        "python/flydsl/__init__.py",
+        "from ._version import __version__  # noqa: F401\n".into(),
+    );
+    let run = |pylib_version: &str, edits: &[Edit]| {
+        let f = Fixture::with_base(&[checkout.clone(), init.clone()], edits, &[]);
+        let pylib = f.dir.path().join("pylib/flydsl");
+        std::fs::create_dir_all(&pylib).unwrap();
+        std::fs::write(
+            pylib.join("__init__.py"),
+            format!("__version__ = \"{pylib_version}\"\n"),
+        )
+        .unwrap();
+        let before = f.fingerprint();
+        let out = f
+            .command(&py, true, &args(&argnames_grid(), &["--no-perf"]))
+            .env("PYLIB", f.dir.path().join("pylib"))
+            .output()
+            .unwrap();
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&f.out).unwrap()).unwrap();
+        assert_eq!(f.fingerprint(), before);
+        (out, r)
+    };
+    let (out, r) = run("0.2.0", &[BENIGN]);
+    let c = ctx(&out, &r);
+    assert_eq!(r["repo"]["kind"], "flydsl", "{c}");
+    assert_eq!(stage(&r, "runtime_compat"), "pass", "{c}");
+    let (out, r) = run("0.1.0", &[BENIGN]);
+    let c = ctx(&out, &r);
+    assert_eq!(stage(&r, "runtime_compat"), "skip", "{c}");
+    let note = r["stages"]["runtime_compat"]["note"].as_str().unwrap();
+    assert!(note.contains("`0.1.0`") && note.contains("`0.2.0`"), "{c}");
+    assert_eq!(r["verdict"], "INCONCLUSIVE", "{c}");
+    assert_eq!(out.status.code(), Some(2));
+    let (out, r) = run(
+        "0.2.0",
+        &[Edit::Write(
+            "python/flydsl/_version.py",
+            "__version__ = \"0.2.0\"  # bumped build\n".into(),
+        )],
+    );
+    let c = ctx(&out, &r);
+    assert_eq!(stage(&r, "runtime_compat"), "skip", "{c}");
+    assert!(
+        r["stages"]["runtime_compat"]["note"]
+            .as_str()
+            .unwrap()
+            .contains("changes FlyDSL runtime sources (python/flydsl/_version.py)"),
+        "{c}"
+    );
+    assert_eq!(r["verdict"], "INCONCLUSIVE", "{c}");
+    assert!(r["findings"].as_array().unwrap().is_empty(), "{c}");
+}
+
 #[test]
 fn script_target_with_cli_grid_and_axis_passes() {
     let Some(py) = python(false) else { return };

@@ -376,6 +376,22 @@ fn stages_after_merge(
                 "no repository package to probe: the target imports nothing the checkout provides; pass --runtime-module",
             );
         }
+        Some(_)
+            if kind == "flydsl"
+                && ctx.pylib.is_some()
+                && !runtime::flydsl_runtime_inputs(&wt.files().all).is_empty() =>
+        {
+            let touched = runtime::flydsl_runtime_inputs(&wt.files().all);
+            st.report.stages.runtime_compat = Stage::skip(format!(
+                "runtime mismatch (an environment fact, not attributed to the PR): the patch changes FlyDSL runtime sources ({}), and a prebuilt PYLIB cannot stand for them (no trusted build provenance); rebuild the runtime from this tree and validate without PYLIB",
+                touched
+                    .iter()
+                    .take(5)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
         Some((module, why)) => {
             let r = runtime::probe(&ctx, &module, &kind, wt.base())?;
             st.report.runtime_identity = Some(r.identity);

@@ -22,6 +22,48 @@ pub fn repo_kind(root: &Path) -> &'static str {
     }
 }
 
+/// The checkout's FlyDSL version: `__version__ = "..."` in `python/flydsl/_version.py`, else in
+/// `python/flydsl/__init__.py` (older trees).
+pub fn flydsl_checkout_version(root: &Path) -> Option<String> {
+    ["_version.py", "__init__.py"].iter().find_map(|f| {
+        let text = std::fs::read_to_string(root.join("python/flydsl").join(f)).ok()?;
+        text.lines().find_map(|l| {
+            let rest = l.trim().strip_prefix("__version__")?.trim_start();
+            let v = rest.strip_prefix('=')?.trim();
+            let q = v.chars().next().filter(|c| *c == '"' || *c == '\'')?;
+            let inner = &v[1..];
+            Some(inner[..inner.find(q)?].to_string())
+        })
+    })
+}
+
+/// Changed paths a prebuilt FlyDSL runtime (`PYLIB`) would stand in for: the package's Python,
+/// C++/MLIR sources and bindings, headers, TableGen, CMake and packaging inputs. Kernels and
+/// tests are not among them.
+pub fn flydsl_runtime_inputs(changed: &[String]) -> Vec<String> {
+    changed
+        .iter()
+        .filter(|p| {
+            let name = p.rsplit('/').next().unwrap_or(p);
+            let ext = name.rsplit_once('.').map(|(_, e)| e).unwrap_or("");
+            p.starts_with("python/flydsl/")
+                || p.starts_with("include/")
+                || p.starts_with("lib/")
+                || p.starts_with("cmake/")
+                || matches!(
+                    ext,
+                    "cpp" | "cc" | "cxx" | "c" | "h" | "hpp" | "hxx" | "td" | "cmake"
+                )
+                || matches!(
+                    name,
+                    "CMakeLists.txt" | "setup.py" | "setup.cfg" | "pyproject.toml" | "MANIFEST.in"
+                )
+                || name.starts_with("requirements")
+        })
+        .cloned()
+        .collect()
+}
+
 /// The module to probe and why.
 pub fn choose_module(
     root: &Path,
@@ -149,11 +191,15 @@ pub fn probe(
                     "`flydsl` resolved to `{}`, not PYLIB",
                     path.display()
                 )),
-                "flydsl" if pylib_real.is_some() => Ok(format!(
-                    "`flydsl` {} from PYLIB `{}`",
-                    p.module_version.clone().unwrap_or_default(),
-                    path.display()
-                )),
+                "flydsl" if pylib_real.is_some() => {
+                    let have = p.module_version.clone().unwrap_or_default();
+                    match flydsl_checkout_version(&ctx.repo) {
+                        Some(want) if want != have => Err(format!(
+                            "PYLIB's `flydsl` is version `{have}` but the checkout's python/flydsl is `{want}`: the prebuilt runtime does not match the tree under review"
+                        )),
+                        _ => Ok(format!("`flydsl` {have} from PYLIB `{}`", path.display())),
+                    }
+                }
                 _ if in_repo => Ok(format!(
                     "`{module}` imports from the checkout (`{}`)",
                     path.display()
@@ -200,4 +246,54 @@ fn kg_exec_like_output(mut cmd: std::process::Command) -> Result<(String, String
         .rev()
         .collect();
     Ok((format!("{}", out.status), tail))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flydsl_version_is_read_from_version_py_then_init() {
+        let d = tempfile::tempdir().unwrap();
+        let pkg = d.path().join("python/flydsl");
+        std::fs::create_dir_all(&pkg).unwrap();
+        assert_eq!(flydsl_checkout_version(d.path()), None);
+        std::fs::write(
+            pkg.join("__init__.py"),
+            "import os\n__version__ = '0.1.0'\n",
+        )
+        .unwrap();
+        assert_eq!(flydsl_checkout_version(d.path()).as_deref(), Some("0.1.0"));
+        std::fs::write(
+            pkg.join("_version.py"),
+            "__version__ = \"0.1.3.1.dev485\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            flydsl_checkout_version(d.path()).as_deref(),
+            Some("0.1.3.1.dev485")
+        );
+    }
+
+    #[test]
+    fn flydsl_runtime_inputs_are_sources_bindings_and_packaging_not_kernels_or_tests() {
+        let changed: Vec<String> = [
+            "python/flydsl/compiler/jit_function.py",
+            "lib/Dialect/Fly/FlyOps.cpp",
+            "include/fly/FlyOps.td",
+            "CMakeLists.txt",
+            "pyproject.toml",
+            "requirements-dev.txt",
+            "kernels/softmax_kernel.py",
+            "tests/kernels/test_softmax.py",
+            "README.md",
+        ]
+        .map(str::to_string)
+        .to_vec();
+        assert_eq!(
+            flydsl_runtime_inputs(&changed),
+            &changed[..6],
+            "kernels, tests and docs are what a PR under review may change"
+        );
+    }
 }

@@ -63,6 +63,7 @@ pub fn python(need_torch: bool) -> Option<PathBuf> {
 }
 
 /// A head edit.
+#[derive(Clone)]
 pub enum Edit {
     /// Replace exactly one occurrence of `old` with `new` in a file.
     Replace(&'static str, &'static str, &'static str),
@@ -138,9 +139,15 @@ impl Fixture {
     /// Base commit from the fixture tree; the patch is base → base + `edits`. With `drift`, a
     /// second commit (base + `drift`) becomes the worktree's HEAD, so the patch may conflict.
     pub fn new(edits: &[Edit], drift: &[Edit]) -> Fixture {
+        Fixture::with_base(&[], edits, drift)
+    }
+
+    /// [`Fixture::new`] with `base_edits` applied to the fixture tree before the base commit.
+    pub fn with_base(base_edits: &[Edit], edits: &[Edit], drift: &[Edit]) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
         let repo_dir = dir.path().join("repo");
         copy_tree(&workspace().join("fixtures/validate/base"), &repo_dir);
+        apply_edits(&repo_dir, base_edits);
         let repo = git2::Repository::init(&repo_dir).unwrap();
         let base = commit_all(&repo, "base");
         apply_edits(&repo_dir, edits);
