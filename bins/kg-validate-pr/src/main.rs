@@ -65,6 +65,11 @@ struct Cli {
     /// the target's first import the checkout provides).
     #[arg(long)]
     runtime_module: Option<String>,
+    /// Why the grid adds coverage, when the channel exposes no default to compare it with (an
+    /// env-var channel): recorded, and `grid_independence` becomes `adds-coverage` (asserted).
+    /// Never overrides a grid found to duplicate the target's own defaults.
+    #[arg(long, value_name = "WHY")]
+    grid_novelty: Option<String>,
     /// A timing column the patch does not touch; timings are distrusted if it moves.
     #[arg(long)]
     perf_control_column: Option<String>,
@@ -120,6 +125,7 @@ fn options(cli: &Cli) -> Result<Options, ValidateError> {
         runner: cli.runner.parse::<RunnerChoice>()?,
         runtime_module: cli.runtime_module.clone(),
         perf_control_column: cli.perf_control_column.clone(),
+        grid_novelty: cli.grid_novelty.clone(),
         tol_table: cli
             .tol_table
             .as_deref()

@@ -243,6 +243,82 @@ fn grid_that_duplicates_defaults_is_downgraded() {
     assert_eq!(f.fingerprint(), before);
 }
 
+/// `--grid-novelty` fills in what a channel cannot show (no literal default to compare with) and
+/// says so; it never overrides a grid found to duplicate the declared defaults.
+#[test]
+fn grid_novelty_is_an_assertion_for_unknown_independence_only() {
+    let Some(py) = python(false) else { return };
+    // Shapes from the environment, with a computed default: nothing to compare the grid with.
+    let computed_default = Edit::Write(
+        "tests/test_rowsum_env2.py",
+        "import os\n\nimport numpy as np\nimport pytest\n\nfrom kern.rowsum import rowsum\n\n\ndef _default():\n    return \";\".join(f\"{m},{2 * m}\" for m in (2, 3))\n\n\nSHAPES = [tuple(int(v) for v in c.split(\",\")) for c in (os.environ.get(\"ROWSUM_SHAPES2\") or _default()).split(\";\")]\n\n\n@pytest.mark.parametrize(\"M,N\", SHAPES)\ndef test_rowsum_env2(M, N):\n    x = np.random.default_rng(1).standard_normal((M, N))\n    np.testing.assert_allclose(rowsum(x), x.sum(axis=1), rtol=1e-6, atol=1e-6)\n".into(),
+    );
+    let run = |target: &'static str,
+               env: &'static str,
+               grid: &'static str,
+               novelty: Option<&'static str>| {
+        let f = Fixture::with_base(&[computed_default.clone()], &[BENIGN], &[]);
+        let mut extra = vec![
+            "--target",
+            target,
+            "--shape-env",
+            env,
+            "--grid",
+            grid,
+            "--no-perf",
+        ];
+        if let Some(n) = novelty {
+            extra.extend(["--grid-novelty", n]);
+        }
+        let (out, r) = f.run(&py, true, &args(ROUTE, &extra));
+        (ctx(&out, &r), r)
+    };
+    let (c, r) = run(
+        "tests/test_rowsum_env2.py",
+        "ROWSUM_SHAPES2",
+        "16,33;5,130",
+        None,
+    );
+    assert_eq!(r["test_selection"]["grid_channel"], "env", "{c}");
+    assert_eq!(r["test_selection"]["grid_independence"], "unknown", "{c}");
+    let (c, r) = run(
+        "tests/test_rowsum_env2.py",
+        "ROWSUM_SHAPES2",
+        "16,33;5,130",
+        Some("odd N past the tile"),
+    );
+    assert_eq!(
+        r["test_selection"]["grid_independence"], "adds-coverage",
+        "{c}"
+    );
+    let reason = r["test_selection"]["grid_independence_reason"]
+        .as_str()
+        .unwrap();
+    assert!(
+        reason.contains("asserted by --grid-novelty: odd N past the tile"),
+        "{c}"
+    );
+    // The literal default `4,8;3,5` is known: the assertion cannot turn a duplicate into coverage.
+    let (c, r) = run(
+        "tests/test_rowsum_env.py",
+        "ROWSUM_SHAPES",
+        "4,8;3,5",
+        Some("trust me"),
+    );
+    assert_eq!(
+        r["test_selection"]["grid_independence"], "duplicates-target-defaults",
+        "{c}"
+    );
+    assert!(
+        r["test_selection"]["grid_independence_reason"]
+            .as_str()
+            .unwrap()
+            .contains("ignored"),
+        "{c}"
+    );
+    assert_eq!(stage(&r, "correctness_s1_grid"), "skip", "{c}");
+}
+
 #[test]
 fn pr_added_failing_test_blocks() {
     let Some(py) = python(false) else { return };

@@ -219,6 +219,10 @@ pub struct Options {
     pub shape_argnames: Option<Vec<String>>,
     /// `--grid` cells (split on `;`).
     pub grid: Vec<String>,
+    /// `--grid-novelty WHY`: the caller's reason the grid adds coverage, for channels that
+    /// expose no default to compare against (`unknown` independence only; evidence of a
+    /// duplicate is never overridden).
+    pub grid_novelty: Option<String>,
     /// `--axis`.
     pub axes: Vec<AxisSpec>,
     /// `--runner`.

@@ -932,8 +932,7 @@ fn grid_stage(
     if indep != "adds-coverage" && axes_add {
         indep = "adds-coverage";
     }
-    st.report.test_selection.grid_independence = indep.into();
-    st.report.test_selection.grid_independence_reason = if axes_add {
+    let mut reason = if axes_add {
         format!(
             "{}; a proven axis asks for values outside its default",
             search.defaults_reason
@@ -941,6 +940,26 @@ fn grid_stage(
     } else {
         search.defaults_reason.clone()
     };
+    if let Some(why) = opts
+        .grid_novelty
+        .as_deref()
+        .filter(|w| !w.trim().is_empty())
+    {
+        match indep {
+            "unknown" => {
+                indep = "adds-coverage";
+                reason = format!("{reason}; asserted by --grid-novelty: {why}");
+            }
+            "duplicates-target-defaults" => {
+                reason = format!(
+                    "{reason}; --grid-novelty (`{why}`) ignored: every cell is a declared default"
+                );
+            }
+            _ => reason = format!("{reason}; --grid-novelty: {why}"),
+        }
+    }
+    st.report.test_selection.grid_independence = indep.into();
+    st.report.test_selection.grid_independence_reason = reason;
     let (env, mut args) = ch.hand_over(&opts.grid);
     args.extend(axis_args);
     let Some(inv) = invocation(args) else {
