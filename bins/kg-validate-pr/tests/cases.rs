@@ -257,7 +257,7 @@ fn grid_novelty_is_an_assertion_for_unknown_independence_only() {
                env: &'static str,
                grid: &'static str,
                novelty: Option<&'static str>| {
-        let f = Fixture::with_base(&[computed_default.clone()], &[BENIGN], &[]);
+        let f = Fixture::with_base(std::slice::from_ref(&computed_default), &[BENIGN], &[]);
         let mut extra = vec![
             "--target",
             target,
