@@ -347,6 +347,7 @@ def op_prepare_timed(req):
     keys = []
     seal_ms = []
     size = 0
+    dev = STATE["device"]  # the candidate decrypts on the same kind of device (same RNG)
     try:
         for j in range(want):
             ins = gen_inputs(w, req["input_shapes"], req["axes"], _derive_seed(w["uuid"], j, "timed"))
@@ -354,7 +355,6 @@ def op_prepare_timed(req):
             # candidate will decrypt it on) and each key only as its call starts (op_time asks
             # the parent), so no output can be computed ahead of its call.
             key = secrets.randbits(63)
-            dev = STATE["device"]  # the candidate decrypts on the same kind of device (same RNG)
             kg._sync(dev)
             t0 = time.perf_counter()
             enc = [kg.keystream_xor(x.detach().to(dev), key, i) if isinstance(x, torch.Tensor) else x
@@ -373,9 +373,8 @@ def op_prepare_timed(req):
     torch.save(sealed, req["path"])
     STATE["timed"] = {"sets": sets}
     # The reference is timed on the very same distinct input sets, so both sides pay the same
-    # cache misses (timing it on repeated clones would favour the reference).
-    STATE["timed_ref_sets"] = sets
-    # ... and opened the same way: sealed on the device, each set decrypted just before its call.
+    # cache misses (timing it on repeated clones would favour the reference), and opened the
+    # same way: sealed, each set decrypted just before its call.
     STATE["timed_ref_sealed"] = (sealed, keys)
     # Keys go to the parent only (the candidate never reads the judge's replies); the sealing
     # times bound the candidate's decryption time inside the dual clock's wall time.
@@ -432,7 +431,6 @@ def op_time_reference(req):
         return kg.error_reply("protocol", "no prepared inputs to time the reference on")
     inputs = STATE["ref_out"]["inputs"]
     dev = STATE["device"]
-    timed_sets = STATE.pop("timed_ref_sets", None)
     sealed, keys = STATE.pop("timed_ref_sealed", (None, None))
 
     def same_kind(ins):
@@ -446,14 +444,11 @@ def op_time_reference(req):
     fn = STATE["module"].run
     warmup = int(req["warmup"])
     iterations = int(req["iterations"])
-    if timed_sets and all(same_kind(ins) for ins in timed_sets):
+    if sealed and all(same_kind(ins) for ins in sealed):
         # Timed exactly as the candidate was: warm-up on the last round's inputs, then one call
         # per distinct timed set, as many calls as the candidate made (never a set twice, never
         # a warmed-up set), so neither side is timed on inputs the other had hot in a cache.
-        if sealed is not None and len(sealed) == len(timed_sets):
-            sets = [[x.to(dev) if isinstance(x, torch.Tensor) else x for x in ins] for ins in sealed]
-        else:
-            sets, keys = [[x.to(dev) if isinstance(x, torch.Tensor) else x for x in ins] for ins in timed_sets], None
+        sets = [[x.to(dev) if isinstance(x, torch.Tensor) else x for x in ins] for ins in sealed]
         sets = sets[: max(1, min(iterations, len(sets)))]
         warm = [_clone(x) for x in inputs]
         try:

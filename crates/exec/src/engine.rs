@@ -306,6 +306,14 @@ fn choose_times(
     (TimingMethod::Cupti, c, r, None)
 }
 
+/// The raw per-call times (ms) a worker's timing reply carries.
+fn times_of(v: &Value) -> Vec<f64> {
+    v.get("times_ms")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_f64).collect())
+        .unwrap_or_default()
+}
+
 /// A candidate's CUPTI median may not fall below this share of its event median (less a
 /// slack for the launch gap the events include, ~1.5 µs on an H200), or its spans are not
 /// believed. The slack bounds how much a forged span can gain on a kernel of a few µs.
@@ -939,12 +947,7 @@ impl Session {
         req: &Value,
         deadline: Instant,
     ) -> Result<Result<Value, Outcome>, ExecError> {
-        self.candidate_call_with(
-            cand,
-            req,
-            deadline,
-            &mut |_| json!({"error": "this request takes no asides"}),
-        )
+        self.candidate_call_with(cand, req, deadline, &mut crate::process::no_asides)
     }
 
     /// [`Session::candidate_call`], answering the candidate's asides with `on_aside`.
@@ -1145,10 +1148,8 @@ impl Session {
             }
             Timed::Ok(r) => r,
         };
-        let iterations = tr
-            .get("times_ms")
-            .and_then(Value::as_array)
-            .map_or(0, Vec::len) as u32;
+        let cand_events = times_of(&tr);
+        let iterations = cand_events.len() as u32;
         // The reference makes as many timed calls as the candidate did, on the same sets.
         let rreq = json!({
             "op": "time_reference", "warmup": self.opts.warmup,
@@ -1163,16 +1164,16 @@ impl Session {
             Err(JudgeFail::Other(m)) => return Ok(Outcome::fail(Status::InvalidReference, m)),
         };
         let ref_s = t_ref.elapsed().as_secs_f64();
-        let times_of = |v: &Value| -> Vec<f64> {
-            v.get("times_ms")
-                .and_then(Value::as_array)
-                .map(|a| a.iter().filter_map(Value::as_f64).collect())
-                .unwrap_or_default()
-        };
+        let ref_events = times_of(&rr);
+        // What each worker reported, for the log (before CUPTI spans may replace them).
+        let (cand_sum_ms, ref_sum_ms) = (
+            cand_events.iter().sum::<f64>(),
+            ref_events.iter().sum::<f64>(),
+        );
         // CUPTI spans when both sides have them (and they are plausible), else the event times,
         // so candidate and reference are always measured by the same method.
         let (method, cand_times, ref_times, cupti_note) =
-            choose_times(method, &tr, &rr, times_of(&tr), times_of(&rr));
+            choose_times(method, &tr, &rr, cand_events, ref_events);
         // Statistics are computed here from the raw samples, never taken from a worker.
         let (Some(cs), Some(rs)) = (
             integrity::spread_from_times(&cand_times),
@@ -1189,20 +1190,14 @@ impl Session {
         let (c_lat, c_raised) = integrity::robust_latency(&cs);
         let r_lat = rs.median_ms;
         let speedup = if c_lat > 0.0 { r_lat / c_lat } else { 0.0 };
-        let sum_ms = |v: &Value| -> f64 {
-            v.get("times_ms")
-                .and_then(Value::as_array)
-                .map_or(0.0, |a| a.iter().filter_map(Value::as_f64).sum())
-        };
         let mut log = format!(
             "harness: timed iterations: candidate {:.3} s, reference {:.3} s; correctness rounds {rounds}\n",
-            sum_ms(&tr) / 1e3,
-            sum_ms(&rr) / 1e3
+            cand_sum_ms / 1e3,
+            ref_sum_ms / 1e3
         );
         if let Some(wall) = tr.get("outside_ms").and_then(Value::as_f64) {
             log.push_str(&format!(
-                "harness: dual clock: candidate reported {:.3} ms over {iterations} timed call(s) with distinct inputs; parent wall time {wall:.3} ms\n",
-                sum_ms(&tr)
+                "harness: dual clock: candidate reported {cand_sum_ms:.3} ms over {iterations} timed call(s) with distinct inputs; parent wall time {wall:.3} ms\n"
             ));
         }
         if let Some(p) = tr.get("phases_s") {
@@ -1343,11 +1338,7 @@ impl Session {
         if let Some(m) = tr.get("reward_hack").and_then(Value::as_str) {
             return Ok(Timed::fail(Status::RewardHack, m.to_string()));
         }
-        let times: Vec<f64> = tr
-            .get("times_ms")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_f64).collect())
-            .unwrap_or_default();
+        let times = times_of(&tr);
         if times.is_empty() {
             return Ok(Timed::fail(
                 Status::RuntimeError,
@@ -1534,6 +1525,8 @@ pub fn status_counts(traces: &[Trace]) -> IndexMap<String, usize> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn sol_floor_turns_only_passed_latencies_below_t_sol_into_reward_hack() {
         let mut t = IndexMap::new();
@@ -1580,8 +1573,6 @@ mod tests {
             Status::IncorrectNumerical
         );
     }
-
-    use super::*;
 
     fn reply(cupti: Option<&[f64]>, fallback: Option<&str>) -> Value {
         let mut notes = serde_json::Map::new();

@@ -390,6 +390,11 @@ pub struct WorkerSpec {
     pub sandbox: Option<crate::sandbox::Sandbox>,
 }
 
+/// The aside handler of a request that expects none: every aside gets an error reply.
+pub fn no_asides(_: &Value) -> Value {
+    json!({"error": "this request takes no asides"})
+}
+
 /// A running worker process with its socket and captured output.
 #[derive(Debug)]
 pub struct Worker {
@@ -567,12 +572,7 @@ impl Worker {
         deadline: Instant,
         cancel: &CancelToken,
     ) -> Result<Value, WorkerError> {
-        self.request_with(
-            msg,
-            deadline,
-            cancel,
-            &mut |_| json!({"error": "this request takes no asides"}),
-        )
+        self.request_with(msg, deadline, cancel, &mut no_asides)
     }
 
     /// [`Worker::request`], answering each `aside` line the worker sends before its reply
@@ -587,12 +587,7 @@ impl Worker {
         if let Some(how) = &self.dead {
             return Err(WorkerError::Died { how: how.clone() });
         }
-        let mut line =
-            serde_json::to_string(msg).map_err(|e| WorkerError::Protocol(e.to_string()))?;
-        line.push('\n');
-        if let Err(source) = self.writer.write_all(line.as_bytes()) {
-            return Err(self.classify_failure(source));
-        }
+        self.send_line(msg)?;
         let started = Instant::now();
         let mut buf = Vec::new();
         loop {
@@ -600,14 +595,20 @@ impl Worker {
             if v.get("aside").and_then(Value::as_bool) != Some(true) {
                 return Ok(v);
             }
-            let mut line = serde_json::to_string(&on_aside(&v))
-                .map_err(|e| WorkerError::Protocol(e.to_string()))?;
-            line.push('\n');
-            if let Err(source) = self.writer.write_all(line.as_bytes()) {
-                return Err(self.classify_failure(source));
-            }
+            self.send_line(&on_aside(&v))?;
             buf.clear();
         }
+    }
+
+    /// Writes one JSON line to the worker.
+    fn send_line(&mut self, msg: &Value) -> Result<(), WorkerError> {
+        let mut line =
+            serde_json::to_string(msg).map_err(|e| WorkerError::Protocol(e.to_string()))?;
+        line.push('\n');
+        if let Err(source) = self.writer.write_all(line.as_bytes()) {
+            return Err(self.classify_failure(source));
+        }
+        Ok(())
     }
 
     /// Reads one JSON-object line into `buf` (which it leaves holding the line).

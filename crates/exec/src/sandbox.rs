@@ -1,6 +1,6 @@
 //! OS confinement of the untrusted candidate worker, applied between `fork` and `exec`:
-//! resource limits, a private network namespace, and read-only views of the directories it
-//! must not change (its own mount namespace). Every step is best effort, because containers
+//! resource limits, a private network namespace, read-only views of the directories it must
+//! not change (its own mount namespace), and its own PID namespace and `/proc`. Every step is best effort, because containers
 //! and kernels differ in what they allow; the parent then *observes* what took effect
 //! (`/proc/<pid>/ns/*`, `/proc/<pid>/mountinfo`, `/proc/<pid>/limits`) and records that in
 //! the trace log, so a reviewer sees which isolation a PASS ran under. See `docs/integrity.md`.
@@ -19,7 +19,8 @@ use rustix::mount::{MountFlags, MountPropagationFlags};
 use rustix::process::{Resource, Rlimit};
 use rustix::thread::UnshareFlags;
 
-/// Resource limits (soft = hard) for a worker; `None` leaves a limit as inherited.
+/// Resource limits for a worker (hard = soft, except `cpu_seconds`: 5 s more); `None` leaves a
+/// limit as inherited, and no limit is raised above the inherited hard limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// `RLIMIT_NOFILE`: open file descriptors.
@@ -51,7 +52,7 @@ pub struct Sandbox {
 
 impl Sandbox {
     /// The candidate worker's sandbox: `read_only` directories, no network, and limits sized
-    /// from the wall-time budget of its whole life (`wall_budget`) and the host's cores.
+    /// from the wall-time budget of its whole life (`wall_budget_s`) and the host's cores.
     pub fn candidate(read_only: Vec<PathBuf>, wall_budget_s: u64) -> Sandbox {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
         Sandbox {

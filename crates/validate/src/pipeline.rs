@@ -364,6 +364,12 @@ fn stages_after_merge(
         .map(|f| f.imports.clone())
         .unwrap_or_default();
     let mut runtime_ok = false;
+    // A prebuilt FlyDSL runtime (PYLIB) cannot stand for runtime sources the patch changes.
+    let prebuilt_stale = if kind == "flydsl" && ctx.pylib.is_some() {
+        runtime::flydsl_runtime_inputs(&wt.files().all)
+    } else {
+        Vec::new()
+    };
     match runtime::choose_module(
         repo_root,
         &kind,
@@ -376,15 +382,10 @@ fn stages_after_merge(
                 "no repository package to probe: the target imports nothing the checkout provides; pass --runtime-module",
             );
         }
-        Some(_)
-            if kind == "flydsl"
-                && ctx.pylib.is_some()
-                && !runtime::flydsl_runtime_inputs(&wt.files().all).is_empty() =>
-        {
-            let touched = runtime::flydsl_runtime_inputs(&wt.files().all);
+        Some(_) if !prebuilt_stale.is_empty() => {
             st.report.stages.runtime_compat = Stage::skip(format!(
                 "runtime mismatch (an environment fact, not attributed to the PR): the patch changes FlyDSL runtime sources ({}), and a prebuilt PYLIB cannot stand for them (no trusted build provenance); rebuild the runtime from this tree and validate without PYLIB",
-                touched
+                prebuilt_stale
                     .iter()
                     .take(5)
                     .cloned()
