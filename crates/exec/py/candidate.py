@@ -21,7 +21,12 @@ STATE = {"fn": None, "dps": True, "device": None, "spec": None, "timed": None}
 
 
 def _guarded():
-    """The timer, synchronisation and save functions the harness relies on, by name."""
+    """Everything the harness calls between handing out a timed set's key and the start of that
+    call's timed span, and the timers, syncs and savers it relies on, by name: functions (with
+    their code objects, which can be swapped in place), the methods of the classes involved, and
+    the worker's channel. Snapshot when the worker starts and again at `hello`, before any
+    solution code has run."""
+    import json
     import time
 
     import torch
@@ -29,27 +34,99 @@ def _guarded():
     out = {
         "time.perf_counter": time.perf_counter,
         "time.perf_counter_ns": time.perf_counter_ns,
+        "json.dumps": json.dumps,
+        "json.loads": json.loads,
         "torch.save": torch.save,
         "torch.load": torch.load,
+        "torch.bitwise_xor": torch.bitwise_xor,
+        "torch.randint": torch.randint,
+        "torch.Generator": torch.Generator,
         "kgcommon.time_calls": kg.time_calls,
         "kgcommon.summarize": kg.summarize,
         "kgcommon.cupti_spans": kg.cupti_spans,
         "kgcommon._cupti_start": kg._cupti_start,
         "kgcommon._cupti_stop": kg._cupti_stop,
+        "kgcommon.keystream_xor": kg.keystream_xor,
+        "kgcommon.random_input_set": kg.random_input_set,
+        "kgcommon.random_tensor": kg.random_tensor,
+        "torch.randn": torch.randn,
+        "torch.rand": torch.rand,
+        "torch.cos": torch.cos,
+        "torch.sin": torch.sin,
+        "kgcommon.json_safe": kg.json_safe,
+        "kgcommon.stash_outputs": kg.stash_outputs,
+        "kgcommon.SealedSets": kg.SealedSets,
+        "kgcommon.Channel": kg.Channel,
         "torch._C._autograd._disable_profiler": torch._C._autograd._disable_profiler,
         "torch.cuda.synchronize": torch.cuda.synchronize,
+        "torch.cuda._sleep": getattr(torch.cuda, "_sleep", None),
+        "torch.cuda.Event": torch.cuda.Event,
         "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,
         "torch.cuda.Event.record": torch.cuda.Event.record,
         "torch.cuda.Event.synchronize": torch.cuda.Event.synchronize,
+        "candidate._tampered": _tampered,
+        "candidate._hooks": _hooks,
     }
+    for name, cls in (("kgcommon.SealedSets", kg.SealedSets), ("kgcommon.Channel", kg.Channel),
+                      ("torch.Tensor", torch.Tensor)):
+        for k, v in vars(cls).items():
+            if callable(v) or isinstance(v, (staticmethod, classmethod, property)):
+                out[f"{name}.{k}"] = v
+    if kg.CHANNEL:
+        out["kgcommon.CHANNEL[0]"] = kg.CHANNEL[0]
+        for k, v in vars(kg.CHANNEL[0]).items():
+            out[f"kgcommon.CHANNEL[0].{k}"] = v
+    for k, v in list(out.items()):
+        code = getattr(v, "__code__", None)
+        if code is not None:
+            out[f"{k}.__code__"] = code
     return out
 
 
+def _hooks():
+    """Execution hooks through which solution code could run inside the harness's own steps
+    (between handing out key i and the start of call i's timed span, where work is not timed)."""
+    import gc
+    import threading
+
+    import torch
+
+    found = []
+    if sys.getprofile() is not None:
+        found.append("sys.setprofile")
+    if sys.gettrace() is not None:
+        found.append("sys.settrace")
+    for name in ("getprofile", "gettrace"):
+        get = getattr(threading, name, None)
+        if get is not None and get() is not None:
+            found.append(f"threading.set{name[3:]}")
+    mon = getattr(sys, "monitoring", None)
+    if mon is not None:
+        found += [f"sys.monitoring tool {t}" for t in range(6) if mon.get_tool(t) is not None and t not in HOOKS_AT_START]
+    if len(gc.callbacks) > GC_CALLBACKS_AT_START:
+        found.append("gc.callbacks")
+    if torch._C._len_torch_function_stack() > 0:
+        found.append("a torch function mode")
+    if torch._C._len_torch_dispatch_stack() > 0:
+        found.append("a torch dispatch mode")
+    return found
+
+
 def _tampered():
-    """Names of guarded functions the solution replaced since the worker started (None if none)."""
+    """What the solution changed in the harness since the worker started (None if nothing):
+    guarded objects replaced (or methods added to the guarded classes) and execution hooks."""
     now = _guarded()
     bad = [k for k, v in GUARDED.items() if now.get(k) is not v]
-    return ", ".join(bad) if bad else None
+    added = [k for k in now if k not in GUARDED and not k.endswith(".__code__")
+             and k.rsplit(".", 1)[0] in GUARDED_CLASSES]
+    hooks = _hooks()
+    parts = []
+    for verb, names in (("replaced", bad), ("added", added)):
+        if names:
+            parts.append(f"{verb} " + ", ".join(names[:8]) + (f" (+{len(names) - 8} more)" if len(names) > 8 else ""))
+    if hooks:
+        parts.append("installed " + ", ".join(hooks))
+    return "; ".join(parts) if parts else None
 
 
 def op_hello(req):
@@ -70,6 +147,7 @@ def op_hello(req):
             t.start()
             STATE["cupti_warmup"] = t
     STATE["device"] = dev
+    GUARDED.update(_guarded())  # now with the channel; no solution code has run yet
     return reply
 
 
@@ -267,13 +345,22 @@ def op_time_load(req):
         w.join()
     STATE["output_names"] = [o["name"] for o in req["outputs"]]
     warm_in = _load_inputs(req["in"])
-    sets = _load_sets(req["timed_in"])
+    gen = req.get("generate")
+    probe = None
+    if gen:
+        # No bytes handed over: set i is drawn from the seed the parent hands out as call i
+        # starts. The probe (a seed of no timed set) shows the judge that both sides draw alike.
+        sets = [None] * int(gen["count"])
+        probe = kg.digest(kg.random_input_set(gen["spec"], int(gen["probe_seed"]), STATE["device"]))
+    else:
+        sets = _load_sets(req["timed_in"])
     # DPS: one preallocated output list per set. Value-returning: one preallocated stash per
     # set that each timed call's outputs are copied into afterwards (kgcommon.stash_outputs).
     STATE["timed"] = {
         "sets": [(ins, _alloc_outputs(req["outputs"]) if STATE["dps"] else None) for ins in sets],
         "outs": [None] * len(sets),
         "stash": None if STATE["dps"] else [_alloc_outputs(req["outputs"]) for _ in sets],
+        "generate": (gen["spec"], STATE["device"], len(sets)) if gen else None,
     }
     warm_out = _alloc_outputs(req["outputs"]) if STATE["dps"] else None
     try:
@@ -282,7 +369,10 @@ def op_time_load(req):
         kg.flush_stdio()
         return kg.error_reply("runtime", f"the solution raised while warming up: {type(e).__name__}: {e}", traceback.format_exc())
     kg.flush_stdio()
-    return {"result": "ok", "count": len(sets)}
+    reply = {"result": "ok", "count": len(sets)}
+    if probe is not None:
+        reply["probe_digest"] = probe
+    return reply
 
 
 def op_time(req):
@@ -294,7 +384,7 @@ def op_time(req):
         return kg.error_reply("protocol", "`time` before `time_load`")
     tampered = _tampered()
     if tampered:
-        return {"result": "ok", "reward_hack": f"the solution replaced harness functions before timing: {tampered}"}
+        return {"result": "ok", "reward_hack": f"the solution tampered with the harness before timing: {tampered}"}
     sets = t["sets"]
     base_threads = threading.active_count()
     seen = {"threads": base_threads}
@@ -324,8 +414,13 @@ def op_time(req):
                 seen["hack"] = f"timed call {i}: {hack}"
         if t["stash"] is not None and isinstance(o, list):
             store[i] = kg.stash_outputs(o, t["stash"][i])
+        # Last, so nothing of the solution's runs between this check and opening the next set.
+        if "tamper" not in seen:
+            bad = _tampered()
+            if bad:
+                seen["tamper"] = f"{bad} (seen after timed call {i})"
 
-    args = kg.SealedSets([ins for ins, _ in sets], extras=[(outs,) for _, outs in sets])
+    args = kg.SealedSets([ins for ins, _ in sets], extras=[(outs,) for _, outs in sets], generate=t["generate"])
     iters = min(int(req["iterations"]), len(args))
     try:
         times, notes = kg.time_calls(call, args, STATE["device"], 0, iters, req["method"], req.get("budget_s"), after)
@@ -339,9 +434,9 @@ def op_time(req):
         return kg.error_reply("runtime", f"the solution raised while timed: {type(e).__name__}: {e}", traceback.format_exc())
     kg.flush_stdio()
     reply = {"result": "ok", "times_ms": times, "notes": notes}
-    tampered = _tampered()
+    tampered = seen.get("tamper") or _tampered()
     if tampered:
-        reply["reward_hack"] = f"the solution replaced harness functions while timed: {tampered}"
+        reply["reward_hack"] = f"the solution tampered with the harness while timed: {tampered}"
     elif seen["threads"] > base_threads:
         reply["reward_hack"] = (
             f"the solution started threads during timed calls ({base_threads} Python threads before, "
@@ -366,13 +461,18 @@ def op_time_save(req):
 
     torch.save(picked, req["out"])
     if tampered:
-        return {"result": "ok", "reward_hack": f"the solution replaced harness functions: {tampered}"}
+        return {"result": "ok", "reward_hack": f"the solution tampered with the harness: {tampered}"}
     return {"result": "ok"}
 
 
 if __name__ == "__main__":
     import faulthandler
 
+    import gc
+
+    HOOKS_AT_START = {t for t in range(6) if getattr(sys, "monitoring", None) and sys.monitoring.get_tool(t) is not None}
+    GC_CALLBACKS_AT_START = len(gc.callbacks)
+    GUARDED_CLASSES = ("kgcommon.SealedSets", "kgcommon.Channel", "torch.Tensor")
     GUARDED = _guarded()
 
     faulthandler.enable()

@@ -105,49 +105,40 @@ def _derive_seed(uuid, round_, salt):
     return int.from_bytes(h[:8], "little") & ((1 << 62) - 1)
 
 
-_WEIGHT_SUFFIXES = ("_weight", "_weights", "_proj", "_projs", "_proj_weight", "_weight_matrix")
-
-
-def _random_tensor(name, shape, dtype, dev, desc):
-    if dtype.is_floating_point and dtype.itemsize >= 2:
-        lname = name.lower()
-        base = lname.rstrip("0123456789")
-        if base.endswith(("norm_weight", "ln_weight", "layernorm_weight", "gamma")) or base == "norm_weight":
-            return (1.0 + 0.1 * torch.randn(shape, dtype=torch.float32, device=dev)).to(dtype)
-        if base.endswith(("norm_bias", "beta")):
-            return (0.1 * torch.randn(shape, dtype=torch.float32, device=dev)).to(dtype)
-        if base in ("rstd", "std", "var", "variance") or base.endswith(("_rstd", "_std", "_var", "_variance")):
-            return (torch.randn(shape, dtype=torch.float32, device=dev).abs() + 0.1).to(dtype)
-        if base in ("cos", "sin", "cos_cached", "sin_cached", "rope_cos", "rope_sin"):
-            t = torch.rand(shape, dtype=torch.float32, device=dev) * (2 * math.pi) - math.pi
-            return (torch.cos(t) if "cos" in base else torch.sin(t)).to(dtype)
-        if len(shape) >= 2 and (base == "weight" or base.endswith(_WEIGHT_SUFFIXES)):
-            fan_in = max(int(shape[-1]), 1)
-            return (torch.randn(shape, dtype=torch.float32, device=dev) / math.sqrt(fan_in)).to(dtype)
-        return torch.randn(shape, dtype=torch.float32, device=dev).to(dtype)
-    if dtype.is_floating_point:  # fp8 and narrower
-        if dtype == getattr(torch, "float4_e2m1fn_x2", None):
-            return torch.randint(0, 256, shape, dtype=torch.uint8, device=dev).view(dtype)
-        return torch.randn(shape, dtype=torch.float32, device=dev).clamp_(-2.0, 2.0).to(dtype)
-    if dtype == torch.bool:
-        return torch.randint(0, 2, shape, device=dev).to(torch.bool)
-    if dtype == torch.uint8:
-        return torch.randint(0, 256, shape, dtype=dtype, device=dev)
-    lo, hi = (-128, 128) if dtype == torch.int8 else (-1024, 1024)
-    return torch.randint(lo, hi, shape, dtype=dtype, device=dev)
+def random_spec(workload, shapes):
+    """The `kgcommon.random_input_set` spec of a workload whose inputs are all random or scalar
+    (None when any input is custom or from safetensors: those sets travel as files)."""
+    d = STATE["definition"]
+    specs = workload["inputs"]
+    out = []
+    for name, tspec in d["inputs"].items():
+        s = specs[name]
+        t = s.get("type")
+        if t == "scalar":
+            out.append({"value": s["value"]})
+        elif t in (None, "random"):
+            out.append({"name": name, "dtype": tspec["dtype"], "shape": shapes[name]})
+        else:
+            return None
+    return out
 
 
 def gen_inputs(workload, shapes, axes, seed):
     d = STATE["definition"]
     dev = STATE["device"]
-    torch.manual_seed(seed)
+    spec = random_spec(workload, shapes)
+    if spec is not None:
+        return kg.random_input_set(spec, seed, dev)
+    torch.manual_seed(seed)  # custom input entry points draw from the global generator
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(seed)
     specs = workload["inputs"]
+    scalars = {k: s["value"] for k, s in specs.items() if s.get("type") == "scalar"}
     custom = None
     if any(s.get("type") == "custom" for s in specs.values()):
         fn = getattr(STATE["module"], d.get("custom_inputs_entrypoint") or "", None)
         if fn is None:
             raise RuntimeError("workload uses `custom` inputs but the reference has no custom_inputs_entrypoint")
-        scalars = {k: s["value"] for k, s in specs.items() if s.get("type") == "scalar"}
         custom = fn({**axes, **scalars}, dev)
     out = []
     for name, tspec in d["inputs"].items():
@@ -169,9 +160,9 @@ def gen_inputs(workload, shapes, axes, seed):
         else:
             shape = shapes[name]
             if shape is None:
-                out.append(_random_tensor(name, (), dtype, dev, tspec.get("description")).item())
+                out.append(kg.random_tensor(name, (), dtype, dev, gen).item())
             else:
-                out.append(_random_tensor(name, tuple(shape), dtype, dev, tspec.get("description")))
+                out.append(kg.random_tensor(name, tuple(shape), dtype, dev, gen))
     return out
 
 
@@ -342,6 +333,12 @@ def op_prepare_timed(req):
     w = req["workload"]
     want = max(1, int(req["iterations"]))
     cap = int(req.get("budget_bytes", 256 << 20))
+    spec = random_spec(w, req["input_shapes"]) if req.get("generate") else None
+    if spec is not None:
+        try:
+            return _prepare_generated(w, spec, want, cap)
+        except Exception as e:
+            return kg.error_reply("invalid_reference", f"failed to generate timed inputs: {type(e).__name__}: {e}", traceback.format_exc())
     sets = []
     sealed = []
     keys = []
@@ -381,12 +378,51 @@ def op_prepare_timed(req):
     return {"result": "ok", "count": len(sets), "keys": [str(k) for k in keys], "seal_ms": seal_ms}
 
 
+def _set_bytes(values):
+    return sum(x.numel() * x.element_size() for x in values if isinstance(x, torch.Tensor))
+
+
+def _prepare_generated(w, spec, want, cap):
+    """Timed sets that never travel: each is drawn from its own derived seed, and the seed is
+    the key the candidate gets as its call starts (the sealing's just-in-time property, with no
+    bytes handed over). Checks that the candidate's generator agrees through a probe seed that
+    belongs to no timed set."""
+    dev = STATE["device"]
+    seeds = [_derive_seed(w["uuid"], j, "timed") for j in range(want)]
+    kg._sync(dev)
+    t0 = time.perf_counter()
+    first = kg.random_input_set(spec, seeds[0], dev)
+    kg._sync(dev)
+    gen_ms = (time.perf_counter() - t0) * 1e3
+    # Each call holds one input set, and its outputs are kept until the check.
+    per_call = _set_bytes(first) + _set_bytes(STATE["ref_out"].get("outputs") or [])
+    count = max(1, min(want, max(3, cap // max(per_call, 1))))
+    seeds = seeds[:count]
+    del first
+    probe_seed = _derive_seed(w["uuid"], 0, "probe")
+    probe = kg.digest(kg.random_input_set(spec, probe_seed, dev))
+    STATE["timed"] = {"seeds": seeds, "spec": spec}
+    STATE["timed_ref_sealed"] = ("generate", seeds, spec)
+    return {"result": "ok", "count": count, "keys": [str(k) for k in seeds], "seal_ms": [gen_ms] * count,
+            "generate": {"spec": spec, "count": count, "probe_seed": str(probe_seed)}, "probe_digest": probe}
+
+
+def _timed_count(t):
+    return len(t["seeds"]) if "seeds" in t else len(t["sets"])
+
+
+def _timed_set(t, i):
+    if "seeds" in t:
+        return kg.random_input_set(t["spec"], t["seeds"][i], STATE["device"])
+    return t["sets"][i]
+
+
 def op_sample_timed(req):
     """Picks (secretly, now that timing is over) which timed calls to check."""
     t = STATE.get("timed")
     if not t:
         return kg.error_reply("protocol", "no timed input sets prepared")
-    ran = min(int(req["ran"]), len(t["sets"]))
+    ran = min(int(req["ran"]), _timed_count(t))
     if ran < 1:
         return kg.error_reply("protocol", "no timed call ran")
     k = min(int(req.get("samples", 3)), ran)
@@ -413,7 +449,7 @@ def op_check_timed(req):
         if not isinstance(outs, list):
             return {"result": "ok", "status": "INCORRECT_NUMERICAL", "message": f"timed call {i}: no outputs kept"}
         try:
-            ref = run_reference([x.to(dev) if isinstance(x, torch.Tensor) else x for x in t["sets"][i]])
+            ref = run_reference([x.to(dev) if isinstance(x, torch.Tensor) else x for x in _timed_set(t, i)])
         except Exception as e:
             return kg.error_reply("invalid_reference", f"the reference raised on timed inputs: {type(e).__name__}: {e}", traceback.format_exc())
         res = compare(outs, req["tolerance"], ref)
@@ -431,7 +467,9 @@ def op_time_reference(req):
         return kg.error_reply("protocol", "no prepared inputs to time the reference on")
     inputs = STATE["ref_out"]["inputs"]
     dev = STATE["device"]
-    sealed, keys = STATE.pop("timed_ref_sealed", (None, None))
+    prepared = STATE.pop("timed_ref_sealed", (None, None))
+    sealed, keys = prepared[0], prepared[1]
+    spec = prepared[2] if sealed == "generate" else None
 
     def same_kind(ins):
         # Only the current workload's sets: same arity, and every tensor of the same shape/dtype.
@@ -444,22 +482,27 @@ def op_time_reference(req):
     fn = STATE["module"].run
     warmup = int(req["warmup"])
     iterations = int(req["iterations"])
-    if sealed and all(same_kind(ins) for ins in sealed):
+    if spec is not None or (sealed and all(same_kind(ins) for ins in sealed)):
         # Timed exactly as the candidate was: warm-up on the last round's inputs, then one call
         # per distinct timed set, as many calls as the candidate made (never a set twice, never
         # a warmed-up set), so neither side is timed on inputs the other had hot in a cache.
-        sets = [[x.to(dev) if isinstance(x, torch.Tensor) else x for x in ins] for ins in sealed]
-        sets = sets[: max(1, min(iterations, len(sets)))]
+        if spec is not None:
+            sets = None
+            n = max(1, min(iterations, len(keys)))
+        else:
+            sets = [[x.to(dev) if isinstance(x, torch.Tensor) else x for x in ins] for ins in sealed]
+            sets = sets[: max(1, min(iterations, len(sets)))]
+            n = len(sets)
         warm = [_clone(x) for x in inputs]
         try:
             kg.warm_up(lambda: fn(*warm), dev, warmup, req.get("budget_s"))
         except Exception as e:
             return kg.error_reply("invalid_reference", f"the reference raised while warming up: {type(e).__name__}: {e}", traceback.format_exc())
-        warmup, iterations = 0, len(sets)
+        warmup, iterations = 0, n
         # Outputs are copied into preallocated buffers after each call and dropped, exactly as
         # the candidate's are, so both sides' allocators see the same pattern.
         specs = [{"shape": list(o.shape), "dtype": kg.dtype_name(o.dtype)} for o in STATE["ref_out"]["outputs"]]
-        stash = [kg.alloc_like_spec(specs, dev) for _ in sets]
+        stash = [kg.alloc_like_spec(specs, dev) for _ in range(n)]
         after = lambda a, r: kg.stash_outputs(r, stash[a[1]])  # noqa: E731
     else:
         keys = None
@@ -468,6 +511,8 @@ def op_time_reference(req):
         after = None
     if keys is None:
         args = [(ins, i) for i, ins in enumerate(sets)]
+    elif spec is not None:
+        args = kg.SealedSets(None, keys=[int(k) for k in keys], generate=(spec, dev, n))
     else:
         args = kg.SealedSets(sets, keys=keys)
     try:

@@ -6,6 +6,7 @@ one JSON line: {"result": "ok", ...} or {"result": "error", "kind": ..., "messag
 Nothing is ever parsed from stdout/stderr: those are captured as the log.
 """
 
+import hashlib
 import json
 import math
 import os
@@ -121,14 +122,17 @@ class SealedSets:
     its own `keys` and makes the same round trip, so both sides are timed alike. Item i is
     `(inputs, *extras[i], i)`."""
 
-    def __init__(self, sealed, keys=None, extras=None):
-        self._sealed = sealed if isinstance(sealed, list) else list(sealed)  # freed as opened
+    def __init__(self, sealed, keys=None, extras=None, generate=None):
+        # generate = (spec, device, count): no bytes were handed over; set i is drawn from the
+        # generator seeded with key i (random_input_set), exactly as the judge drew it.
+        self._gen = generate
+        self._sealed = None if generate else (sealed if isinstance(sealed, list) else list(sealed))
         self._keys = keys
         self._extras = extras
         self._open = {}
 
     def __len__(self):
-        return len(self._sealed)
+        return int(self._gen[2]) if self._gen else len(self._sealed)
 
     def __getitem__(self, i):
         a = self._open.get(i)
@@ -142,9 +146,14 @@ class SealedSets:
                 key = int(r["key"])
             else:
                 raise RuntimeError(f"no key for timed input set {i}: {r.get('error', r)}")
-            ins = [keystream_xor(x, key, j) if isinstance(x, torch.Tensor) else x
-                   for j, x in enumerate(self._sealed[i])]
-            self._sealed[i] = None
+            if self._gen is not None:
+                spec, dev, _ = self._gen
+                ins = random_input_set(spec, key, dev)
+                self._open = {}  # a generated set lives for its call only (its memory is reused)
+            else:
+                ins = [keystream_xor(x, key, j) if isinstance(x, torch.Tensor) else x
+                       for j, x in enumerate(self._sealed[i])]
+                self._sealed[i] = None
             a = (ins, *(self._extras[i] if self._extras is not None else ()), i)
             self._open[i] = a
         return a
@@ -165,6 +174,82 @@ def keystream_xor(t, key, index):
     ks = torch.randint(-(1 << 31), (1 << 31) - 1, ((n + 3) // 4,), dtype=torch.int32,
                        device=t.device, generator=g).view(torch.uint8)[:n]
     return torch.bitwise_xor(b, ks).view(t.dtype).reshape(t.shape)
+
+
+_WEIGHT_SUFFIXES = ("_weight", "_weights", "_proj", "_projs", "_proj_weight", "_weight_matrix")
+
+
+def random_tensor(name, shape, dtype, dev, gen):
+    """A random input tensor drawn from generator `gen`. A few input names get a plausible range
+    (norm weights near 1, variances positive, rotary tables as cos/sin of an angle, weight
+    matrices scaled by 1/sqrt(fan-in)); everything else is standard normal (clamped for fp8),
+    uniform bytes, or small integers."""
+    import torch
+
+    def randn(shape):
+        return torch.randn(shape, dtype=torch.float32, device=dev, generator=gen)
+
+    if dtype.is_floating_point and dtype.itemsize >= 2:
+        lname = name.lower()
+        base = lname.rstrip("0123456789")
+        if base.endswith(("norm_weight", "ln_weight", "layernorm_weight", "gamma")) or base == "norm_weight":
+            return (1.0 + 0.1 * randn(shape)).to(dtype)
+        if base.endswith(("norm_bias", "beta")):
+            return (0.1 * randn(shape)).to(dtype)
+        if base in ("rstd", "std", "var", "variance") or base.endswith(("_rstd", "_std", "_var", "_variance")):
+            return (randn(shape).abs() + 0.1).to(dtype)
+        if base in ("cos", "sin", "cos_cached", "sin_cached", "rope_cos", "rope_sin"):
+            t = torch.rand(shape, dtype=torch.float32, device=dev, generator=gen) * (2 * math.pi) - math.pi
+            return (torch.cos(t) if "cos" in base else torch.sin(t)).to(dtype)
+        if len(shape) >= 2 and (base == "weight" or base.endswith(_WEIGHT_SUFFIXES)):
+            fan_in = max(int(shape[-1]), 1)
+            return (randn(shape) / math.sqrt(fan_in)).to(dtype)
+        return randn(shape).to(dtype)
+    if dtype.is_floating_point:  # fp8 and narrower
+        if dtype == getattr(torch, "float4_e2m1fn_x2", None):
+            return torch.randint(0, 256, shape, dtype=torch.uint8, device=dev, generator=gen).view(dtype)
+        return randn(shape).clamp_(-2.0, 2.0).to(dtype)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, device=dev, generator=gen).to(torch.bool)
+    if dtype == torch.uint8:
+        return torch.randint(0, 256, shape, dtype=dtype, device=dev, generator=gen)
+    lo, hi = (-128, 128) if dtype == torch.int8 else (-1024, 1024)
+    return torch.randint(lo, hi, shape, dtype=dtype, device=dev, generator=gen)
+
+
+def random_input_set(spec, seed, dev):
+    """One input set from `spec` (per input, in order: {"value": v} for a scalar, else
+    {"name", "dtype", "shape"}; shape null = a random 0-d value passed as a Python number), drawn
+    from a generator seeded with `seed` on `dev`. The judge and the candidate draw identical sets
+    from the same seed on the same device."""
+    import torch
+
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(int(seed))
+    out = []
+    for s in spec:
+        if "value" in s:
+            out.append(s["value"])
+        elif s.get("shape") is None:
+            out.append(random_tensor(s["name"], (), torch_dtype(s["dtype"]), dev, gen).item())
+        else:
+            out.append(random_tensor(s["name"], tuple(s["shape"]), torch_dtype(s["dtype"]), dev, gen))
+    return out
+
+
+def digest(values):
+    """SHA-256 over the bytes of every tensor (and the repr of everything else) in `values`."""
+    import torch
+
+    h = hashlib.sha256()
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            b = v.detach().reshape(-1).contiguous().view(torch.uint8).cpu()
+            h.update(f"{v.dtype}{tuple(v.shape)}".encode())
+            h.update(b.numpy().tobytes())
+        else:
+            h.update(repr(v).encode())
+    return h.hexdigest()
 
 
 _F64_MAX = 1.7976931348623157e308

@@ -865,6 +865,9 @@ impl Session {
                                 let t = Instant::now();
                                 let mut o = self.run_workload(problem, w, c)?;
                                 let wall = t.elapsed().as_secs_f64();
+                                if !o.log.is_empty() && !o.log.ends_with('\n') {
+                                    o.log.push('\n');
+                                }
                                 o.log
                                     .push_str(&format!("harness: workload wall {wall:.3} s\n"));
                                 let i = c.isolation.as_deref().unwrap_or(
@@ -1211,6 +1214,9 @@ impl Session {
                 ref_s
             ));
         }
+        if let Some(h) = tr.get("handover").and_then(Value::as_str) {
+            log.push_str(&format!("harness: timed input sets: {h}\n"));
+        }
         if c_raised {
             log.push_str(&format!(
                 "harness: candidate latency is mean / {} = {:.6} ms, not the median {:.6} ms: its timed calls' time is concentrated in a few of them\n",
@@ -1270,50 +1276,81 @@ impl Session {
         let tol_json = serde_json::to_value(w.workload.tolerance()).unwrap_or(Value::Null);
         let gpu = !self.opts.device.is_cpu();
         let timed_in = xfer.join("in_timed.pt");
-        let t_prep = Instant::now();
-        let preq = json!({
-            "op": "prepare_timed", "workload": w.workload, "path": timed_in,
-            "input_shapes": shapes_json(&w.resolved.inputs), "axes": w.resolved.axes,
-            "iterations": self.opts.iterations.max(1),
-            "budget_bytes": if gpu { integrity::TIMED_INPUT_BUDGET_GPU } else { integrity::TIMED_INPUT_BUDGET_CPU },
-        });
-        let mut keys = match self.judge_request(&preq, deadline) {
-            Ok(r) if reply_ok(&r) => {
-                let strs = |k: &str| -> Vec<String> {
-                    r.get(k)
-                        .and_then(Value::as_array)
-                        .map(|a| {
-                            a.iter()
-                                .filter_map(|v| v.as_str().map(str::to_string))
-                                .collect()
-                        })
-                        .unwrap_or_default()
-                };
-                let seal_ms = r
-                    .get("seal_ms")
+        let mut prep_s = 0.0;
+        let mut load_s = 0.0;
+        let mut handover = String::new();
+        let mut keys = integrity::TimedKeys::new(Vec::new(), Vec::new());
+        // First choice: the timed sets are drawn in the candidate from per-set seeds (the
+        // keys), so no bytes move; files when an input is custom or from safetensors, or when
+        // the candidate's generator does not reproduce the judge's probe set.
+        for generate in [true, false] {
+            let t_prep = Instant::now();
+            let preq = json!({
+                "op": "prepare_timed", "workload": w.workload, "path": timed_in,
+                "input_shapes": shapes_json(&w.resolved.inputs), "axes": w.resolved.axes,
+                "iterations": self.opts.iterations.max(1), "generate": generate,
+                "budget_bytes": if gpu { integrity::TIMED_INPUT_BUDGET_GPU } else { integrity::TIMED_INPUT_BUDGET_CPU },
+            });
+            let r = match self.judge_request(&preq, deadline) {
+                Ok(r) if reply_ok(&r) => r,
+                Ok(r) => return Ok(Timed::fail(Status::InvalidReference, reply_message(&r))),
+                Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
+                Err(JudgeFail::Other(m)) => return Ok(Timed::fail(Status::InvalidReference, m)),
+            };
+            let strs = |k: &str| -> Vec<String> {
+                r.get(k)
                     .and_then(Value::as_array)
-                    .map(|a| a.iter().filter_map(Value::as_f64).collect())
-                    .unwrap_or_default();
-                integrity::TimedKeys::new(strs("keys"), seal_ms)
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|v| v.as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            };
+            let seal_ms = r
+                .get("seal_ms")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_f64).collect())
+                .unwrap_or_default();
+            keys = integrity::TimedKeys::new(strs("keys"), seal_ms);
+            let generated = r.get("generate").filter(|g| g.is_object()).cloned();
+            let probe = r
+                .get("probe_digest")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            prep_s += t_prep.elapsed().as_secs_f64();
+            let t_load = Instant::now();
+            let lreq = json!({
+                "op": "time_load", "in": last_in, "timed_in": timed_in, "outputs": outputs,
+                "warmup": self.opts.warmup, "budget_s": budget, "generate": generated,
+            });
+            let lr = match self.candidate_call(cand, &lreq, deadline)? {
+                Ok(lr) => lr,
+                Err(o) => {
+                    return Ok(Timed::Fail(Box::new(TimedFail {
+                        outcome: o,
+                        check: None,
+                    })));
+                }
+            };
+            load_s += t_load.elapsed().as_secs_f64();
+            if generated.is_none() {
+                if handover.is_empty() {
+                    handover = "sealed files (an input is custom or read from a file)".into();
+                }
+                break;
             }
-            Ok(r) => return Ok(Timed::fail(Status::InvalidReference, reply_message(&r))),
-            Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
-            Err(JudgeFail::Other(m)) => return Ok(Timed::fail(Status::InvalidReference, m)),
-        };
-        let prep_s = t_prep.elapsed().as_secs_f64();
-        let t_load = Instant::now();
-        let lreq = json!({
-            "op": "time_load", "in": last_in, "timed_in": timed_in, "outputs": outputs,
-            "warmup": self.opts.warmup, "budget_s": budget,
-        });
-        if let Err(o) = self.candidate_call(cand, &lreq, deadline)? {
-            return Ok(Timed::Fail(Box::new(TimedFail {
-                outcome: o,
-                check: None,
-            })));
+            if lr.get("probe_digest").and_then(Value::as_str) == probe.as_deref() {
+                handover =
+                    "drawn in the candidate from per-set seeds handed out as each call starts"
+                        .into();
+                break;
+            }
+            handover =
+                "sealed files (the candidate's generator did not reproduce the judge's probe set)"
+                    .into();
         }
         let _ = std::fs::remove_file(&timed_in);
-        let load_s = t_load.elapsed().as_secs_f64();
         let treq = json!({
             "op": "time", "iterations": self.opts.iterations.max(1),
             "method": method_name, "budget_s": budget,
@@ -1404,6 +1441,7 @@ impl Session {
         let mut tr = tr;
         if let Some(o) = tr.as_object_mut() {
             o.insert("outside_ms".into(), json!(outside_ms));
+            o.insert("handover".into(), json!(handover));
             o.insert(
                 "phases_s".into(),
                 json!({"prepare": prep_s, "load": load_s, "batch": outside_ms / 1e3,

@@ -226,3 +226,46 @@ def test_sealed_sets_open_in_order_with_the_parents_keys(monkeypatch):
     monkeypatch.setattr(kg, "CHANNEL", [Refusing()])
     with pytest.raises(RuntimeError, match="out of turn"):
         kg.SealedSets(sealed)[0]
+
+
+SPEC = [{"name": "x", "dtype": "bfloat16", "shape": [3, 40]},
+        {"name": "norm_weight", "dtype": "float32", "shape": [40]},
+        {"name": "ids", "dtype": "int64", "shape": [5]},
+        {"name": "scale", "dtype": "float32", "shape": None},
+        {"value": 1e-6}]
+
+
+def test_random_input_sets_are_a_function_of_their_seed():
+    dev = torch.device("cpu")
+    a, b, c = (kg.random_input_set(SPEC, s, dev) for s in (7, 7, 8))
+    assert [type(v) for v in a] == [torch.Tensor, torch.Tensor, torch.Tensor, float, float]
+    assert a[0].dtype == torch.bfloat16 and list(a[0].shape) == [3, 40] and a[4] == 1e-6
+    assert (a[1] - 1.0).abs().max() < 0.6  # norm weights near 1
+    assert kg.digest(a) == kg.digest(b)  # same seed, same bytes: the judge and the candidate agree
+    assert all(torch.equal(x, y) for x, y in zip(a[:3], b[:3])) and a[3] == b[3]
+    assert kg.digest(a) != kg.digest(c) and not torch.equal(a[0], c[0])
+    # The global generator does not enter: a solution drawing random numbers changes nothing.
+    torch.manual_seed(123)
+    torch.randn(100)
+    assert kg.digest(kg.random_input_set(SPEC, 7, dev)) == kg.digest(a)
+
+
+def test_generated_sets_open_in_order_one_at_a_time(monkeypatch):
+    asked = []
+    seeds = [41, 42, 43]
+
+    class Parent:
+        def aside(self, obj):
+            asked.append(obj["index"])
+            return {"key": str(seeds[obj["index"]])}
+
+    monkeypatch.setattr(kg, "CHANNEL", [Parent()])
+    dev = torch.device("cpu")
+    s = kg.SealedSets(None, extras=[("o0",), ("o1",), ("o2",)], generate=(SPEC, dev, 3))
+    assert len(s) == 3 and asked == []
+    ins, out, i = s[0]
+    assert kg.digest(ins) == kg.digest(kg.random_input_set(SPEC, 41, dev)) and (out, i) == ("o0", 0)
+    s[0]
+    assert asked == [0]  # the open set is kept for its call (pre, call, after)
+    assert kg.digest(s[1][0]) == kg.digest(kg.random_input_set(SPEC, 42, dev)) and asked == [0, 1]
+    assert 0 not in s._open  # only the current set stays alive
