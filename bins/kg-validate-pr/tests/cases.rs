@@ -464,6 +464,21 @@ fn perf_neutral_good_change_passes_on_a_claimed_gpu() {
     assert_eq!(r["repo"]["head"], head_sha);
     assert_eq!(r["repo"]["restored"], true);
     assert_eq!(r["arch_coverage"]["sm_90"], "runtime", "{c}");
+    // The fixture package imports neither torch nor triton; their installed versions are still
+    // part of the runtime identity (read from distribution metadata).
+    for dist in ["torch", "triton"] {
+        let installed = std::process::Command::new(&py)
+            .args(["-c", &format!("import importlib.metadata as m; print(m.version('{dist}'))")])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+        assert_eq!(
+            r["runtime_identity"][format!("{dist}_version")].as_str(),
+            installed.as_deref(),
+            "{dist}: {c}"
+        );
+    }
     assert_eq!(r["gpu_claim"]["vendor"], "fake");
     assert_eq!(
         r["test_selection"]["grid_independence"], "adds-coverage",

@@ -394,9 +394,9 @@ def _prepare_generated(w, spec, want, cap):
     first = kg.random_input_set(spec, seeds[0], dev)
     kg._sync(dev)
     gen_ms = (time.perf_counter() - t0) * 1e3
-    # Each call holds one input set, and its outputs are kept until the check.
-    per_call = _set_bytes(first) + _set_bytes(STATE["ref_out"].get("outputs") or [])
-    count = max(1, min(want, max(3, cap // max(per_call, 1))))
+    # One input set is alive at a time (each lives for its call); every call's outputs are kept.
+    out_bytes = _set_bytes(STATE["ref_out"].get("outputs") or [])
+    count = max(1, min(want, max(3, (cap - _set_bytes(first)) // max(out_bytes, 1))))
     seeds = seeds[:count]
     del first
     probe_seed = _derive_seed(w["uuid"], 0, "probe")

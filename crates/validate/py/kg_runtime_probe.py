@@ -34,6 +34,15 @@ def main():
         mod = sys.modules.get(name)
         if mod is not None:
             doc[name + "_version"] = str(getattr(mod, "__version__", None))
+        else:
+            # Not imported by the package itself (lazy imports): the installed distribution's
+            # version, read from its metadata without importing it.
+            try:
+                from importlib import metadata
+
+                doc[name + "_version"] = metadata.version(name)
+            except Exception:
+                pass
     native = set()
     for mod in list(sys.modules.values()):
         f = getattr(mod, "__file__", None)
