@@ -468,7 +468,10 @@ fn perf_neutral_good_change_passes_on_a_claimed_gpu() {
     // part of the runtime identity (read from distribution metadata).
     for dist in ["torch", "triton"] {
         let installed = std::process::Command::new(&py)
-            .args(["-c", &format!("import importlib.metadata as m; print(m.version('{dist}'))")])
+            .args([
+                "-c",
+                &format!("import importlib.metadata as m; print(m.version('{dist}'))"),
+            ])
             .output()
             .ok()
             .filter(|o| o.status.success())

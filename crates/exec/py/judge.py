@@ -209,7 +209,8 @@ def _check_declared(outs, shapes):
 
 
 def op_prepare(req):
-    """Generates round inputs, writes them for the candidate, runs and keeps the reference."""
+    """Generates round inputs, hands them to the candidate (as the round's seed when every input
+    is random or scalar, else as a file), runs and keeps the reference."""
     w = req["workload"]
     r = int(req["round"])
     STATE["problem_dir"] = req.get("problem_dir") or "."
@@ -218,7 +219,14 @@ def op_prepare(req):
         inputs = gen_inputs(w, req["input_shapes"], req["axes"], seed)
     except Exception as e:
         return kg.error_reply("invalid_reference", f"failed to generate inputs: {type(e).__name__}: {e}", traceback.format_exc())
-    torch.save([x.detach().cpu() if isinstance(x, torch.Tensor) else x for x in inputs], req["path"])
+    spec = random_spec(w, req["input_shapes"]) if req.get("generate") else None
+    drawn = None
+    if spec is not None:
+        # The candidate draws the same inputs from this round's seed; nothing is written.
+        drawn = {"spec": spec, "seed": str(seed)}
+    else:
+        torch.save([x.detach().cpu() if isinstance(x, torch.Tensor) else x for x in inputs], req["path"])
+    digest = kg.digest(inputs) if drawn is not None and req.get("digest") else None
     try:
         t0 = time.perf_counter()
         ref = run_reference(inputs)
@@ -244,7 +252,12 @@ def op_prepare(req):
                     "invalid_reference",
                     "the reference returned identical outputs for two different random input sets: its result does not depend on its inputs")
     STATE["ref_out"] = {"round": r, "outputs": ref, "inputs": inputs}
-    return {"result": "ok", "reference_s": ref_s}
+    reply = {"result": "ok", "reference_s": ref_s}
+    if drawn is not None:
+        reply["input"] = drawn
+        if digest is not None:
+            reply["digest"] = digest
+    return reply
 
 
 # ---------------------------------------------------------------- comparison

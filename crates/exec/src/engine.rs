@@ -1027,35 +1027,55 @@ impl Session {
             *has_nan |= r.get("has_nan").and_then(Value::as_bool).unwrap_or(false);
             *has_inf |= r.get("has_inf").and_then(Value::as_bool).unwrap_or(false);
         };
-        let mut last_in = PathBuf::new();
+        let mut last_in = Value::Null;
+        // Round inputs that are all random or scalar are drawn by the candidate from the round's
+        // seed (no bytes move); round 0 compares both sides' bytes once, and files are used
+        // for the rest of the workload when they differ.
+        let mut generate = true;
         for round in 0..rounds {
             let inp = xfer.join(format!("in_{round}.pt"));
             let out = xfer.join(format!("out_{round}.pt"));
-            let req = self.prepare_request(problem, w, round, &inp);
-            let r = match self.judge_request(&req, deadline) {
-                Ok(r) => r,
-                Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
-                Err(JudgeFail::Other(m)) => {
-                    return Ok(Outcome::fail(
-                        Status::InvalidReference,
-                        format!("the reference failed: {m}"),
-                    ));
-                }
-            };
-            if !reply_ok(&r) {
-                return Ok(Outcome::fail(Status::InvalidReference, reply_message(&r)));
-            }
-            let run = json!({"op": "run", "in": inp, "out": out, "outputs": outputs});
-            match self.candidate_call(cand, &run, deadline)? {
-                Err(o) => return Ok(o),
-                Ok(r) => {
-                    if let Some(m) = r.get("reward_hack").and_then(Value::as_str) {
+            let mut input = json!(inp);
+            loop {
+                let mut req = self.prepare_request(problem, w, round, &inp);
+                req["generate"] = json!(generate);
+                req["digest"] = json!(round == 0);
+                let r = match self.judge_request(&req, deadline) {
+                    Ok(r) => r,
+                    Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
+                    Err(JudgeFail::Other(m)) => {
                         return Ok(Outcome::fail(
-                            Status::RewardHack,
-                            format!("round {round}: {m}"),
+                            Status::InvalidReference,
+                            format!("the reference failed: {m}"),
                         ));
                     }
+                };
+                if !reply_ok(&r) {
+                    return Ok(Outcome::fail(Status::InvalidReference, reply_message(&r)));
                 }
+                let drawn = r.get("input").filter(|v| v.is_object()).cloned();
+                input = drawn.clone().unwrap_or_else(|| json!(inp));
+                let run = json!({"op": "run", "in": input, "out": out, "outputs": outputs,
+                                 "digest": drawn.is_some() && round == 0});
+                let cr = match self.candidate_call(cand, &run, deadline)? {
+                    Err(o) => return Ok(o),
+                    Ok(cr) => cr,
+                };
+                if let Some(m) = cr.get("reward_hack").and_then(Value::as_str) {
+                    return Ok(Outcome::fail(
+                        Status::RewardHack,
+                        format!("round {round}: {m}"),
+                    ));
+                }
+                if drawn.is_some()
+                    && round == 0
+                    && cr.get("digest").and_then(Value::as_str)
+                        != r.get("digest").and_then(Value::as_str)
+                {
+                    generate = false;
+                    continue;
+                }
+                break;
             }
             let check = json!({"op": "check", "round": round, "path": out, "tolerance": tol_json});
             let r = match self.judge_request(&check, deadline) {
@@ -1106,7 +1126,7 @@ impl Session {
             if round + 1 < rounds {
                 let _ = std::fs::remove_file(&inp);
             }
-            last_in = inp;
+            last_in = input;
         }
         // Timing, on the last round's inputs; the outputs of the timed calls are checked again.
         let method = self.opts.timing_method();
@@ -1267,7 +1287,7 @@ impl Session {
         w: &LoadedWorkload,
         cand: &mut Worker,
         xfer: &Path,
-        last_in: &Path,
+        last_in: &Value,
         method_name: &str,
         budget: Option<f64>,
         deadline: Instant,
