@@ -1032,6 +1032,7 @@ impl Session {
         // seed (no bytes move); round 0 compares both sides' bytes once, and files are used
         // for the rest of the workload when they differ.
         let mut generate = true;
+        let mut round_inputs = "files (an input is custom or read from a file)";
         for round in 0..rounds {
             let inp = xfer.join(format!("in_{round}.pt"));
             let out = xfer.join(format!("out_{round}.pt"));
@@ -1073,7 +1074,12 @@ impl Session {
                         != r.get("digest").and_then(Value::as_str)
                 {
                     generate = false;
+                    round_inputs =
+                        "files (the candidate's generator did not reproduce round 0's inputs)";
                     continue;
+                }
+                if drawn.is_some() && round == 0 {
+                    round_inputs = "drawn in the candidate from each round's seed";
                 }
                 break;
             }
@@ -1234,6 +1240,7 @@ impl Session {
                 ref_s
             ));
         }
+        log.push_str(&format!("harness: round inputs: {round_inputs}\n"));
         if let Some(h) = tr.get("handover").and_then(Value::as_str) {
             log.push_str(&format!("harness: timed input sets: {h}\n"));
         }
