@@ -1194,6 +1194,11 @@ impl Session {
         };
         let ref_s = t_ref.elapsed().as_secs_f64();
         let ref_events = times_of(&rr);
+        if let Some(why) =
+            dual_clock_after_reference(&tr, &rr, &ref_events, !self.opts.device.is_cpu())
+        {
+            return Ok(Outcome::fail(Status::RewardHack, why));
+        }
         // What each worker reported, for the log (before CUPTI spans may replace them).
         let (cand_sum_ms, ref_sum_ms) = (
             cand_events.iter().sum::<f64>(),
@@ -1412,15 +1417,10 @@ impl Session {
         // A CUDA graph replays `graph_unroll` launches (our harness: 10) per reported sample.
         let graph = method_name == "cuda_graph";
         let reported_ms: f64 = times.iter().sum::<f64>() * if graph { 10.0 } else { 1.0 };
-        if let Some(why) = integrity::dual_clock_violation(
-            reported_ms,
-            outside_ms,
-            times.len(),
-            gpu,
-            2.0 * keys.seal_ms_served(),
-        ) {
-            return Ok(Timed::fail(Status::RewardHack, why));
-        }
+        // The dual clock is decided once the reference has been timed: its own unexplained
+        // batch time widens the allowance (`dual_clock_after_reference`).
+        let dual = json!({"reported_ms": reported_ms, "outside_ms": outside_ms,
+                          "calls": times.len(), "extra_ms": 2.0 * keys.seal_ms_served()});
         // CUDA-graph timing replays the first input set only.
         let ran = if graph { 1 } else { times.len() };
         let sreq = json!({"op": "sample_timed", "ran": ran, "samples": integrity::TIMED_SAMPLES});
@@ -1468,6 +1468,7 @@ impl Session {
         let mut tr = tr;
         if let Some(o) = tr.as_object_mut() {
             o.insert("outside_ms".into(), json!(outside_ms));
+            o.insert("dual_clock".into(), dual);
             o.insert("handover".into(), json!(handover));
             o.insert(
                 "phases_s".into(),
@@ -1484,6 +1485,35 @@ impl Session {
             j.shutdown();
         }
     }
+}
+
+/// The dual clock with its allowance widened by the reference's own unexplained batch time:
+/// the judge (trusted) times the reference through the same harness steps on the same sets, so
+/// what its batch spends outside its reported calls (key round trips, opening sets, flushes,
+/// copies, and whatever slows the machine right now) is what an honest candidate's batch may
+/// spend too, up to `integrity::DUAL_CLOCK_REFERENCE_FACTOR` times.
+fn dual_clock_after_reference(
+    tr: &Value,
+    rr: &Value,
+    ref_events: &[f64],
+    gpu: bool,
+) -> Option<String> {
+    let d = tr.get("dual_clock")?;
+    let f = |k: &str| d.get(k).and_then(Value::as_f64);
+    let (reported, outside, extra) = (f("reported_ms")?, f("outside_ms")?, f("extra_ms")?);
+    let calls = d.get("calls").and_then(Value::as_u64)? as usize;
+    let ref_unexplained = rr
+        .get("batch_wall_ms")
+        .and_then(Value::as_f64)
+        .map(|w| (w - ref_events.iter().sum::<f64>()).max(0.0))
+        .unwrap_or(0.0);
+    integrity::dual_clock_violation(
+        reported,
+        outside,
+        calls,
+        gpu,
+        extra + integrity::DUAL_CLOCK_REFERENCE_FACTOR * ref_unexplained,
+    )
 }
 
 /// A failed timed phase: the outcome, and the judge's check reply when there was one.
@@ -1591,6 +1621,31 @@ pub fn status_counts(traces: &[Trace]) -> IndexMap<String, usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dual_clock_allows_a_multiple_of_the_references_unexplained_time() {
+        // A batch of 10 CPU calls reported 1 ms in 100 ms of wall time: fixed allowance 25 ms.
+        let tr = json!({"dual_clock": {"reported_ms": 1.0, "outside_ms": 100.0, "calls": 10, "extra_ms": 0.0}});
+        let quiet_ref = json!({"batch_wall_ms": 12.0});
+        let why = dual_clock_after_reference(&tr, &quiet_ref, &[1.0; 10], false);
+        assert!(
+            why.is_some_and(|w| w.contains("dual clock")),
+            "the reference explains its batch: a lie"
+        );
+        // The same batch when the reference's own batch left 30 ms unexplained (a loaded machine).
+        let busy_ref = json!({"batch_wall_ms": 40.0});
+        assert_eq!(
+            dual_clock_after_reference(&tr, &busy_ref, &[1.0; 10], false),
+            None
+        );
+        // No reference figure: the fixed allowance alone.
+        assert!(dual_clock_after_reference(&tr, &json!({}), &[1.0; 10], false).is_some());
+        // No dual-clock record (a failed timed phase never gets here): nothing to say.
+        assert_eq!(
+            dual_clock_after_reference(&json!({}), &busy_ref, &[], false),
+            None
+        );
+    }
 
     #[test]
     fn sol_floor_turns_only_passed_latencies_below_t_sol_into_reward_hack() {

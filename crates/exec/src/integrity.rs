@@ -115,11 +115,16 @@ pub fn dual_clock_allowance_ms(iterations: usize, gpu: bool) -> f64 {
     }
 }
 
+/// How many times the reference's unexplained batch time (its batch wall time in the judge
+/// minus its reported calls) an honest candidate's batch may leave unexplained on top of the
+/// fixed allowance: the same harness steps run on both sides, and a loaded machine slows both.
+pub const DUAL_CLOCK_REFERENCE_FACTOR: f64 = 3.0;
+
 /// Dual clock: `Some(reason)` when the time the candidate reported for a timed batch
 /// (`reported_ms`, summed over its iterations) is less than [`DUAL_CLOCK_RATIO`] of the wall
 /// time the parent measured around the same batch (`outside_ms`) minus the allowance, which
-/// grows by `extra_allowance_ms` (trusted work inside the wall time, e.g. decrypting the timed
-/// sets, as the judge measured it).
+/// grows by `extra_allowance_ms` (trusted time inside the wall time: opening the timed sets as
+/// the judge measured it, and a multiple of the reference's own unexplained batch time).
 pub fn dual_clock_violation(
     reported_ms: f64,
     outside_ms: f64,
