@@ -6,7 +6,8 @@
 # bundled (bundled Triton solutions only), release (issue 5: `xtask release` of problems/core on
 # the H200 and `score official`; XTASK names the carried xtask binary), redteam (issue 8; CASES
 # and TAG select and name a subset), sandbox (what the host allows + one sandboxed GPU run),
-# overhead (bundled corpus, one workload a problem, with and without --no-sandbox).
+# overhead (bundled corpus, one workload a problem, with and without --no-sandbox), diag (matmul
+# with CUPTI, events and --no-sandbox, rmsnorm Triton launches, ncu, clocks and throttling).
 # Every part packs its results into OUTDIR/results.tgz as it ends, so a later timeout loses nothing.
 set -u
 KG=$1; OUT=$2; PART=${3:-core}
@@ -62,6 +63,17 @@ if [ "$PART" = sandbox ]; then
   { id; uname -r; for ns in -n -m -Urn; do unshare $ns true 2>&1 && echo "unshare $ns: ok" || echo "unshare $ns: refused"; done
     cat /proc/sys/kernel/yama/ptrace_scope 2>&1; } > "$OUT/r/host.txt" 2>&1
   log sandbox-eval; run_t "$OUT/r/sandbox-eval.txt" $KG evaluate problems/core/rmsnorm_bf16_qwen2_5_0_5b --solution problems/core/rmsnorm_bf16_qwen2_5_0_5b/solutions/triton_rows.json --device cuda:0 --max-workloads 2 -o "$OUT/r/sandbox-eval.jsonl"
+fi
+if [ "$PART" = diag ]; then
+  # Session 4's open questions, side by side in one call: why the 4096^3 matmul read 206-264 us
+  # (178.9 us in session 2; ncu 176.6 us), and how bimodal single-kernel Triton launches are.
+  for i in 1 2 3; do for mode in cupti events nosandbox; do log "diag matmul $mode $i"
+    extra=; [ $mode = events ] && extra="--timing events"; [ $mode = nosandbox ] && extra=--no-sandbox
+    $KG evaluate $B/matmul_4096_bf16 --solution $B/matmul_4096_bf16/solution.json --device cuda:0 --rounds 2 --iterations 100 $extra -o "$OUT/r/diag-matmul-$mode-$i.jsonl" > /dev/null 2>>"$OUT/r/diag-err.txt"; done; done
+  for i in 1 2 3 4 5; do log "diag rmsnorm triton $i"
+    $KG evaluate problems/core/rmsnorm_bf16_qwen2_5_0_5b --solution problems/core/rmsnorm_bf16_qwen2_5_0_5b/solutions/triton_rows.json --device cuda:0 --max-workloads 2 -o "$OUT/r/diag-rmsnorm-$i.jsonl" > /dev/null 2>>"$OUT/r/diag-err.txt"; done
+  log ncu; timeout 120 ncu --clock-control none --metrics gpu__time_duration.sum --csv python3 $B/ncu_ops.py > "$OUT/r/ncu.csv" 2> "$OUT/r/ncu-err.txt"
+  nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu,clocks_throttle_reasons.active --format=csv > "$OUT/r/diag-smi.csv" 2>&1
 fi
 if [ "$PART" = overhead ]; then
   # Corpus wall time with and without the optional defence (the candidate sandbox), alternated.
