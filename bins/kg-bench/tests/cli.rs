@@ -337,18 +337,22 @@ def run(x, y, out):
     });
     let sol_path = tmp.path().join("drifting.json");
     std::fs::write(&sol_path, sol.to_string()).unwrap();
-    let o = kg(&py, tmp.path())
-        .args(["evaluate"])
-        .arg(fixtures().join("corpus/add"))
-        .arg("--solution")
-        .arg(&sol_path)
-        .args(["--json", "--max-workloads", "1"])
-        .args(FAST)
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
-    let t: Vec<Trace> = serde_json::from_slice(&o.stdout).unwrap();
-    let log = &t[0].evaluation.as_ref().unwrap().log;
+    // One workload; its PASSED trace's log.
+    let log_of = |solution: &std::ffi::OsStr| -> String {
+        let o = kg(&py, tmp.path())
+            .args(["evaluate"])
+            .arg(fixtures().join("corpus/add"))
+            .arg("--solution")
+            .arg(solution)
+            .args(["--json", "--max-workloads", "1"])
+            .args(FAST)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+        let t: Vec<Trace> = serde_json::from_slice(&o.stdout).unwrap();
+        t[0].evaluation.as_ref().unwrap().log.clone()
+    };
+    let log = log_of(sol_path.as_os_str());
     assert!(
         log.contains("round inputs: files (the candidate's generator did not reproduce"),
         "{log}"
@@ -358,16 +362,7 @@ def run(x, y, out):
         "{log}"
     );
     // The honest reference draws its own inputs in the candidate.
-    let o = kg(&py, tmp.path())
-        .args(["evaluate"])
-        .arg(fixtures().join("corpus/add"))
-        .args(["--solution", "reference", "--json", "--max-workloads", "1"])
-        .args(FAST)
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
-    let t: Vec<Trace> = serde_json::from_slice(&o.stdout).unwrap();
-    let log = &t[0].evaluation.as_ref().unwrap().log;
+    let log = log_of("reference".as_ref());
     assert!(
         log.contains("round inputs: drawn in the candidate"),
         "{log}"

@@ -1055,9 +1055,11 @@ impl Session {
                     return Ok(Outcome::fail(Status::InvalidReference, reply_message(&r)));
                 }
                 let drawn = r.get("input").filter(|v| v.is_object()).cloned();
-                input = drawn.clone().unwrap_or_else(|| json!(inp));
+                // Round 0 of drawn inputs: both sides' bytes are compared.
+                let compare = drawn.is_some() && round == 0;
+                input = drawn.unwrap_or_else(|| json!(inp));
                 let run = json!({"op": "run", "in": input, "out": out, "outputs": outputs,
-                                 "digest": drawn.is_some() && round == 0});
+                                 "digest": compare});
                 let cr = match self.candidate_call(cand, &run, deadline)? {
                     Err(o) => return Ok(o),
                     Ok(cr) => cr,
@@ -1068,17 +1070,15 @@ impl Session {
                         format!("round {round}: {m}"),
                     ));
                 }
-                if drawn.is_some()
-                    && round == 0
-                    && cr.get("digest").and_then(Value::as_str)
+                if compare {
+                    if cr.get("digest").and_then(Value::as_str)
                         != r.get("digest").and_then(Value::as_str)
-                {
-                    generate = false;
-                    round_inputs =
-                        "files (the candidate's generator did not reproduce round 0's inputs)";
-                    continue;
-                }
-                if drawn.is_some() && round == 0 {
+                    {
+                        generate = false;
+                        round_inputs =
+                            "files (the candidate's generator did not reproduce round 0's inputs)";
+                        continue;
+                    }
                     round_inputs = "drawn in the candidate from each round's seed";
                 }
                 break;
@@ -1194,16 +1194,16 @@ impl Session {
         };
         let ref_s = t_ref.elapsed().as_secs_f64();
         let ref_events = times_of(&rr);
-        if let Some(why) =
-            dual_clock_after_reference(&tr, &rr, &ref_events, !self.opts.device.is_cpu())
-        {
-            return Ok(Outcome::fail(Status::RewardHack, why));
-        }
         // What each worker reported, for the log (before CUPTI spans may replace them).
         let (cand_sum_ms, ref_sum_ms) = (
             cand_events.iter().sum::<f64>(),
             ref_events.iter().sum::<f64>(),
         );
+        if let Some(why) =
+            dual_clock_after_reference(&tr, &rr, ref_sum_ms, !self.opts.device.is_cpu())
+        {
+            return Ok(Outcome::fail(Status::RewardHack, why));
+        }
         // CUPTI spans when both sides have them (and they are plausible), else the event times,
         // so candidate and reference are always measured by the same method.
         let (method, cand_times, ref_times, cupti_note) =
@@ -1310,7 +1310,7 @@ impl Session {
         let timed_in = xfer.join("in_timed.pt");
         let mut prep_s = 0.0;
         let mut load_s = 0.0;
-        let mut handover = String::new();
+        let mut handover = "sealed files (an input is custom or read from a file)";
         let mut keys = integrity::TimedKeys::new(Vec::new(), Vec::new());
         // First choice: the timed sets are drawn in the candidate from per-set seeds (the
         // keys), so no bytes move; files when an input is custom or from safetensors, or when
@@ -1367,20 +1367,15 @@ impl Session {
             };
             load_s += t_load.elapsed().as_secs_f64();
             if generated.is_none() {
-                if handover.is_empty() {
-                    handover = "sealed files (an input is custom or read from a file)".into();
-                }
                 break;
             }
             if lr.get("probe_digest").and_then(Value::as_str) == probe.as_deref() {
                 handover =
-                    "drawn in the candidate from per-set seeds handed out as each call starts"
-                        .into();
+                    "drawn in the candidate from per-set seeds handed out as each call starts";
                 break;
             }
             handover =
-                "sealed files (the candidate's generator did not reproduce the judge's probe set)"
-                    .into();
+                "sealed files (the candidate's generator did not reproduce the judge's probe set)";
         }
         let _ = std::fs::remove_file(&timed_in);
         let treq = json!({
@@ -1419,8 +1414,8 @@ impl Session {
         let reported_ms: f64 = times.iter().sum::<f64>() * if graph { 10.0 } else { 1.0 };
         // The dual clock is decided once the reference has been timed: its own unexplained
         // batch time widens the allowance (`dual_clock_after_reference`).
-        let dual = json!({"reported_ms": reported_ms, "outside_ms": outside_ms,
-                          "calls": times.len(), "extra_ms": 2.0 * keys.seal_ms_served()});
+        let dual = json!({"reported_ms": reported_ms, "calls": times.len(),
+                          "extra_ms": 2.0 * keys.seal_ms_served()});
         // CUDA-graph timing replays the first input set only.
         let ran = if graph { 1 } else { times.len() };
         let sreq = json!({"op": "sample_timed", "ran": ran, "samples": integrity::TIMED_SAMPLES});
@@ -1495,17 +1490,18 @@ impl Session {
 fn dual_clock_after_reference(
     tr: &Value,
     rr: &Value,
-    ref_events: &[f64],
+    ref_reported_ms: f64,
     gpu: bool,
 ) -> Option<String> {
     let d = tr.get("dual_clock")?;
     let f = |k: &str| d.get(k).and_then(Value::as_f64);
-    let (reported, outside, extra) = (f("reported_ms")?, f("outside_ms")?, f("extra_ms")?);
+    let (reported, extra) = (f("reported_ms")?, f("extra_ms")?);
+    let outside = tr.get("outside_ms").and_then(Value::as_f64)?;
     let calls = d.get("calls").and_then(Value::as_u64)? as usize;
     let ref_unexplained = rr
         .get("batch_wall_ms")
         .and_then(Value::as_f64)
-        .map(|w| (w - ref_events.iter().sum::<f64>()).max(0.0))
+        .map(|w| (w - ref_reported_ms).max(0.0))
         .unwrap_or(0.0);
     integrity::dual_clock_violation(
         reported,
@@ -1625,9 +1621,9 @@ mod tests {
     #[test]
     fn dual_clock_allows_a_multiple_of_the_references_unexplained_time() {
         // A batch of 10 CPU calls reported 1 ms in 100 ms of wall time: fixed allowance 25 ms.
-        let tr = json!({"dual_clock": {"reported_ms": 1.0, "outside_ms": 100.0, "calls": 10, "extra_ms": 0.0}});
+        let tr = json!({"outside_ms": 100.0, "dual_clock": {"reported_ms": 1.0, "calls": 10, "extra_ms": 0.0}});
         let quiet_ref = json!({"batch_wall_ms": 12.0});
-        let why = dual_clock_after_reference(&tr, &quiet_ref, &[1.0; 10], false);
+        let why = dual_clock_after_reference(&tr, &quiet_ref, 10.0, false);
         assert!(
             why.is_some_and(|w| w.contains("dual clock")),
             "the reference explains its batch: a lie"
@@ -1635,14 +1631,14 @@ mod tests {
         // The same batch when the reference's own batch left 30 ms unexplained (a loaded machine).
         let busy_ref = json!({"batch_wall_ms": 40.0});
         assert_eq!(
-            dual_clock_after_reference(&tr, &busy_ref, &[1.0; 10], false),
+            dual_clock_after_reference(&tr, &busy_ref, 10.0, false),
             None
         );
         // No reference figure: the fixed allowance alone.
-        assert!(dual_clock_after_reference(&tr, &json!({}), &[1.0; 10], false).is_some());
+        assert!(dual_clock_after_reference(&tr, &json!({}), 10.0, false).is_some());
         // No dual-clock record (a failed timed phase never gets here): nothing to say.
         assert_eq!(
-            dual_clock_after_reference(&json!({}), &busy_ref, &[], false),
+            dual_clock_after_reference(&json!({}), &busy_ref, 0.0, false),
             None
         );
     }
