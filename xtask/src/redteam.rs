@@ -822,8 +822,10 @@ pub fn redteam(root: &Path, args: &[String]) -> Result<()> {
         eprint!("[{}/{}] {} ... ", i + 1, cases.len(), c.case);
         let g = run_case(root, &opts, &kg_bench, &work, &nonce, c)?;
         let (v, why) = judge(c, &g);
-        eprintln!("{} ({:.1} s)", v.label(), g.wall);
-        rows.push((c.clone(), got_summary(&g), v, why));
+        let got = got_summary(&g);
+        // The whole verdict on the progress line, so a run cut off by a time limit keeps it.
+        eprintln!("{} ({:.1} s): {got}; {why}", v.label(), g.wall);
+        rows.push((c.clone(), got, v, why));
     }
     if !opts.keep {
         let _ = std::fs::remove_dir_all(&work);
