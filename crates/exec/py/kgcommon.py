@@ -541,6 +541,8 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
         spin = getattr(torch.cuda, "_sleep", None)
         notes["launch_gap_hidden"] = spin is not None
 
+        host = []  # host time of each bracketed call until it returns (launch time, when async)
+
         def bracket(fn, count, post=None, mark=False, pre=None):
             starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
             ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
@@ -552,7 +554,9 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
                 if spin is not None:
                     spin(SPIN_CYCLES)
                 starts[i].record()
+                h0 = time.perf_counter()
                 r = fn(i)
+                host.append((time.perf_counter() - h0) * 1e3)
                 torch.cuda.synchronize()
                 ends[i].record()
                 if mark:
@@ -565,6 +569,7 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
 
         empty = bracket(lambda i: None, max(20, min(iterations, 100)))
         overhead = statistics.median(empty)
+        host.clear()
         post = (lambda i, r: after(arg_sets[i % n], r)) if after is not None else None
         recording = False
         if method == "cupti":
@@ -579,12 +584,16 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
             events = _cupti_stop() if recording else None
         notes["bracket_overhead_ms"] = overhead
         notes["raw_median_ms"] = statistics.median(raw)
+        # Host time per call against the ~50 us spin that should hide it: when the host takes
+        # longer, the CUPTI span counts the wait (bimodal small-kernel timings).
+        notes["host_call_ms"] = {"median": statistics.median(host), "max": max(host)}
         if events is not None:
             spans, why = cupti_spans(events, len(raw), spin is not None)
             if spans is None:
                 notes["cupti_fallback"] = why
             else:
                 notes["cupti_ms"] = spans
+                notes["cupti_kernels"] = cupti_call_kernels(events)
         del flush
         return [max(t - overhead, 0.0) for t in raw], notes
 
@@ -688,6 +697,22 @@ def cupti_spans(events, count, spun):
         start = first if first - spin_end <= CUPTI_QUEUE_GAP_NS else spin_end
         spans.append(max(last - start, 0) / 1e6)
     return spans, None
+
+
+def cupti_call_kernels(events, limit=8):
+    """Distinct names of the device activities inside the timed calls (between each call's spin
+    kernel and its closing spin), with their counts, most frequent first: which kernels the
+    candidate really ran (a per-process kernel choice shows up here). At most `limit` names."""
+    acts = sorted((int(e.correlation_id()), e.name()) for e in events if _is_device_activity(e))
+    counts, inside, seen = {}, False, 0
+    for _, name in acts:
+        if "spin_kernel" in name:
+            inside = seen % 2 == 0
+            seen += 1
+        elif inside:
+            counts[name] = counts.get(name, 0) + 1
+    top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
+    return {name[:160]: n for name, n in top}
 
 
 def alloc_like_spec(outputs, dev):

@@ -114,6 +114,13 @@ def test_a_candidate_spin_kernel_breaks_the_split_rather_than_shortening_it():
     assert spans is None and "3 spin kernels" in why
 
 
+def test_call_kernels_names_only_what_ran_inside_the_timed_calls():
+    ev = records([[(1_000, 5_000)], [(1_200, 4_000), (3_000, 6_000)]])
+    # the flush fills and our trailing copies lie outside the calls and are not named
+    assert kg.cupti_call_kernels(ev) == {"candidate_kernel": 3}
+    assert kg.cupti_call_kernels(records([[]])) == {}
+
+
 def test_stash_copies_matching_outputs_and_keeps_mismatches_visible():
     dev = torch.device("cpu")
     bufs = kg.alloc_like_spec([{"shape": [2, 3], "dtype": "float32"}, {"shape": None, "dtype": "int64"}], dev)
