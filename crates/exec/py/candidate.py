@@ -45,6 +45,7 @@ def _guarded():
         "kgcommon.summarize": kg.summarize,
         "kgcommon.cupti_spans": kg.cupti_spans,
         "kgcommon.cupti_call_kernels": kg.cupti_call_kernels,
+        "kgcommon._activities_and_spins": kg._activities_and_spins,
         "kgcommon._cupti_start": kg._cupti_start,
         "kgcommon._cupti_stop": kg._cupti_stop,
         "kgcommon.keystream_xor": kg.keystream_xor,

@@ -541,9 +541,8 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
         spin = getattr(torch.cuda, "_sleep", None)
         notes["launch_gap_hidden"] = spin is not None
 
-        host = []  # host time of each bracketed call until it returns (launch time, when async)
-
-        def bracket(fn, count, post=None, mark=False, pre=None):
+        def bracket(fn, count, post=None, mark=False, pre=None, host=None):
+            # host, when given, gets each call's host time until it returns (its launch time)
             starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
             ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
             for i in range(count):
@@ -556,7 +555,8 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
                 starts[i].record()
                 h0 = time.perf_counter()
                 r = fn(i)
-                host.append((time.perf_counter() - h0) * 1e3)
+                if host is not None:
+                    host.append((time.perf_counter() - h0) * 1e3)
                 torch.cuda.synchronize()
                 ends[i].record()
                 if mark:
@@ -569,7 +569,6 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
 
         empty = bracket(lambda i: None, max(20, min(iterations, 100)))
         overhead = statistics.median(empty)
-        host.clear()
         post = (lambda i, r: after(arg_sets[i % n], r)) if after is not None else None
         recording = False
         if method == "cupti":
@@ -577,9 +576,10 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
             if why:
                 notes["cupti_fallback"] = why
             recording = why is None
+        host = []
         try:
             raw = bracket(lambda i: call(arg_sets[i % n]), iterations, post, mark=recording and spin is not None,
-                          pre=lambda i: arg_sets[i % n])
+                          pre=lambda i: arg_sets[i % n], host=host)
         finally:
             events = _cupti_stop() if recording else None
         notes["bracket_overhead_ms"] = overhead
@@ -677,12 +677,7 @@ def cupti_spans(events, count, spun):
     (spans_ms, None) or (None, why) when the records cannot be split unambiguously."""
     if not spun:
         return None, "no spin kernel to delimit calls"
-    acts = []
-    for e in events:
-        if _is_device_activity(e):
-            acts.append((int(e.correlation_id()), int(e.start_ns()), int(e.end_ns()), e.name()))
-    acts.sort()
-    spins = [k for k, a in enumerate(acts) if "spin_kernel" in a[3]]
+    acts, spins = _activities_and_spins(events)
     if len(spins) != 2 * count:
         return None, f"found {len(spins)} spin kernels in the CUPTI records, {2 * count} expected for {count} timed calls"
     spans = []
@@ -699,18 +694,23 @@ def cupti_spans(events, count, spun):
     return spans, None
 
 
+def _activities_and_spins(events):
+    """Device activities as (correlation id, start ns, end ns, name) in launch order, and the
+    positions of our spin kernels among them: each timed call lies between spins 2j and 2j+1."""
+    acts = sorted((int(e.correlation_id()), int(e.start_ns()), int(e.end_ns()), e.name())
+                  for e in events if _is_device_activity(e))
+    return acts, [k for k, a in enumerate(acts) if "spin_kernel" in a[3]]
+
+
 def cupti_call_kernels(events, limit=8):
-    """Distinct names of the device activities inside the timed calls (between each call's spin
-    kernel and its closing spin), with their counts, most frequent first: which kernels the
-    candidate really ran (a per-process kernel choice shows up here). At most `limit` names."""
-    acts = sorted((int(e.correlation_id()), e.name()) for e in events if _is_device_activity(e))
-    counts, inside, seen = {}, False, 0
-    for _, name in acts:
-        if "spin_kernel" in name:
-            inside = seen % 2 == 0
-            seen += 1
-        elif inside:
-            counts[name] = counts.get(name, 0) + 1
+    """Distinct names of the device activities inside the timed calls (split as cupti_spans
+    splits them), with their counts, most frequent first: which kernels the candidate really
+    ran (a per-process kernel choice shows up here). At most `limit` names."""
+    acts, spins = _activities_and_spins(events)
+    counts = {}
+    for k, stop in zip(spins[0::2], spins[1::2]):
+        for a in acts[k + 1: stop]:
+            counts[a[3]] = counts.get(a[3], 0) + 1
     top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
     return {name[:160]: n for name, n in top}
 
