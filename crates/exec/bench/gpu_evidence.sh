@@ -7,7 +7,9 @@
 # the H200 and `score official`; XTASK names the carried xtask binary), redteam (issue 8; CASES
 # and TAG select and name a subset), sandbox (what the host allows + one sandboxed GPU run),
 # overhead (bundled corpus, one workload a problem, with and without --no-sandbox), diag (matmul
-# with CUPTI, events and --no-sandbox, rmsnorm Triton launches, ncu, clocks and throttling).
+# with CUPTI, events and --no-sandbox, rmsnorm Triton launches, ncu, clocks and throttling),
+# modes (the matmul in bare processes with its inputs held four ways: matmul_modes.py),
+# repro (criteria (a) and (b) only: 5 CUPTI runs of each benchmark kernel, then ncu).
 # Every part packs its results into OUTDIR/results.tgz as it ends, so a later timeout loses nothing.
 set -u
 KG=$1; OUT=$2; PART=${3:-core}
@@ -74,6 +76,19 @@ if [ "$PART" = diag ]; then
     $KG evaluate problems/core/rmsnorm_bf16_qwen2_5_0_5b --solution problems/core/rmsnorm_bf16_qwen2_5_0_5b/solutions/triton_rows.json --device cuda:0 --max-workloads 2 -o "$OUT/r/diag-rmsnorm-$i.jsonl" > /dev/null 2>>"$OUT/r/diag-err.txt"; done
   log ncu; timeout 120 ncu --clock-control none --metrics gpu__time_duration.sum --csv python3 $B/ncu_ops.py > "$OUT/r/ncu.csv" 2> "$OUT/r/ncu-err.txt"
   nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu,clocks_throttle_reasons.active --format=csv > "$OUT/r/diag-smi.csv" 2>&1
+fi
+if [ "$PART" = modes ]; then
+  # Session 6: is the matmul's slow mode per process, per input placement or per time window?
+  # 8 bare processes (matmul_modes.py), then 3 evaluations whose notes name the kernels run.
+  for i in 1 2 3 4 5 6 7 8; do log "modes $i"; python3 $B/matmul_modes.py $i >> "$OUT/r/modes.jsonl" 2>>"$OUT/r/modes-err.txt"; done
+  for i in 1 2 3; do log "modes matmul eval $i"
+    $KG evaluate $B/matmul_4096_bf16 --solution $B/matmul_4096_bf16/solution.json --device cuda:0 --rounds 2 --iterations 100 -o "$OUT/r/modes-matmul-$i.jsonl" > /dev/null 2>>"$OUT/r/modes-err.txt"; done
+fi
+if [ "$PART" = repro ]; then
+  # Criteria (a) and (b) alone, default timing (CUPTI): 5 separate runs of each kernel, then ncu.
+  for k in matmul_4096_bf16 add_1m; do for i in 1 2 3 4 5; do log "repro $k $i"
+    $KG evaluate $B/$k --solution $B/$k/solution.json --device cuda:0 --rounds 2 --iterations 100 -o "$OUT/r/repro-$k-$i.jsonl" > /dev/null 2>>"$OUT/r/repro-err.txt"; done; done
+  log ncu; timeout 90 ncu --clock-control none --metrics gpu__time_duration.sum --csv python3 $B/ncu_ops.py > "$OUT/r/ncu.csv" 2> "$OUT/r/ncu-err.txt"
 fi
 if [ "$PART" = overhead ]; then
   # Corpus wall time with and without the optional defence (the candidate sandbox), alternated.

@@ -316,25 +316,38 @@ def _sync():
 
 
 def op_run(req):
+    import time
+
+    ms = {}
+    t0 = time.perf_counter()
     STATE["output_names"] = [o["name"] for o in req["outputs"]]
     inputs = _load_inputs(req["in"])
     # What was drawn, before the solution runs (it may legitimately write into its inputs).
     drawn = [x.clone() if hasattr(x, "clone") else x for x in inputs] if req.get("digest") else None
     outs = _alloc_outputs(req["outputs"]) if STATE["dps"] else None
+    _sync()
+    t1 = time.perf_counter()
+    ms["inputs"] = (t1 - t0) * 1e3
     try:
         res = _invoke(inputs, outs)
         _sync()
     except BaseException as e:
         kg.flush_stdio()
         return kg.error_reply("runtime", f"the solution raised: {type(e).__name__}: {e}", traceback.format_exc())
+    t2 = time.perf_counter()
+    ms["call"] = (t2 - t1) * 1e3
     hack = _reward_hack(res, inputs)
     _save_outputs(res, req["out"])
     kg.flush_stdio()
+    t3 = time.perf_counter()
+    ms["save"] = (t3 - t2) * 1e3
     if hack:
         return {"result": "ok", "reward_hack": hack}
-    reply = {"result": "ok"}
+    # Where a round's time goes (diagnostic only: the parent logs it, never decides on it).
+    reply = {"result": "ok", "ms": ms}
     if req.get("digest"):
         reply["digest"] = kg.digest(drawn)
+        ms["digest"] = (time.perf_counter() - t3) * 1e3
     return reply
 
 
@@ -438,7 +451,8 @@ def op_time(req):
     args = kg.SealedSets([ins for ins, _ in sets], extras=[(outs,) for _, outs in sets], generate=t["generate"])
     iters = min(int(req["iterations"]), len(args))
     try:
-        times, notes = kg.time_calls(call, args, STATE["device"], 0, iters, req["method"], req.get("budget_s"), after)
+        times, notes = kg.time_calls(call, args, STATE["device"], 0, iters, req["method"], req.get("budget_s"), after,
+                                     req.get("spin_us"))
         _sync()
         if req["method"] == "cuda_graph":
             # Graph replay times set 0 only and runs no `after`: check its output once here.

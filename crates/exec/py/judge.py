@@ -9,6 +9,7 @@ import hashlib
 import math
 import os
 import secrets
+import statistics
 import sys
 import time
 import traceback
@@ -215,6 +216,8 @@ def op_prepare(req):
     r = int(req["round"])
     STATE["problem_dir"] = req.get("problem_dir") or "."
     seed = _derive_seed(w["uuid"], r, "inputs")
+    ms = {}
+    t_gen = time.perf_counter()
     try:
         inputs = gen_inputs(w, req["input_shapes"], req["axes"], seed)
     except Exception as e:
@@ -226,9 +229,12 @@ def op_prepare(req):
         drawn = {"spec": spec, "seed": str(seed)}
     else:
         torch.save([x.detach().cpu() if isinstance(x, torch.Tensor) else x for x in inputs], req["path"])
+    t_digest = time.perf_counter()
+    ms["inputs"] = (t_digest - t_gen) * 1e3
     digest = kg.digest(inputs) if drawn is not None and req.get("digest") else None
     try:
         t0 = time.perf_counter()
+        ms["digest"] = (t0 - t_digest) * 1e3
         ref = run_reference(inputs)
         ref_s = time.perf_counter() - t0
     except Exception as e:
@@ -239,6 +245,7 @@ def op_prepare(req):
     for n, o in zip(STATE["definition"]["outputs"], ref):
         if o.numel() > 0 and (o.dtype.is_floating_point or o.dtype.is_complex) and bool(torch.isnan(o.float()).all()):
             return kg.error_reply("invalid_reference", f"the reference's output `{n}` is NaN everywhere")
+    t_const = time.perf_counter()
     if req.get("check_constant"):
         has_random = any(s.get("type") in ("random", "custom") for s in w["inputs"].values())
         if has_random:
@@ -252,7 +259,10 @@ def op_prepare(req):
                     "invalid_reference",
                     "the reference returned identical outputs for two different random input sets: its result does not depend on its inputs")
     STATE["ref_out"] = {"round": r, "outputs": ref, "inputs": inputs}
-    reply = {"result": "ok", "reference_s": ref_s}
+    ms["reference"] = ref_s * 1e3
+    ms["checks"] = (time.perf_counter() - t_const) * 1e3
+    # Where a round's time goes (the parent logs it).
+    reply = {"result": "ok", "reference_s": ref_s, "ms": ms}
     if drawn is not None:
         reply["input"] = drawn
         if digest is not None:
@@ -332,17 +342,61 @@ def compare(outs, tol, ref=None):
 def op_check(req):
     if STATE["ref_out"].get("round") != int(req["round"]):
         return kg.error_reply("protocol", f"no reference outputs kept for round {req['round']}")
+    t0 = time.perf_counter()
     try:
         outs = torch.load(req["path"], map_location="cpu", weights_only=True)
     except Exception as e:
         return {"result": "ok", "status": "RUNTIME_ERROR", "message": f"candidate outputs unreadable: {type(e).__name__}: {e}"}
-    return {"result": "ok", **compare(outs, req["tolerance"])}
+    t1 = time.perf_counter()
+    res = compare(outs, req["tolerance"])
+    return {"result": "ok", **res, "ms": {"load": (t1 - t0) * 1e3, "compare": (time.perf_counter() - t1) * 1e3}}
+
+
+# Reference calls whose host time (until `run` returns, no sync) the judge measures before
+# timing, after as many warm-up calls: the parent sizes the timed calls' spin kernel from it.
+HOST_PROBE_CALLS = 5
+
+
+def reference_host_ms(cupti):
+    """Median host time (ms) of the reference's call on the last round's inputs, with CUPTI
+    recording when the timing will use it (its callbacks lengthen every launch). None on the
+    CPU or when the reference raises (timing reports that itself)."""
+    dev = STATE["device"]
+    if dev.type != "cuda" or STATE["ref_out"].get("inputs") is None:
+        return None
+    fn = STATE["module"].run
+    inputs = STATE["ref_out"]["inputs"]
+    recording = bool(cupti) and kg._cupti_start() is None
+    times = []
+    try:
+        for i in range(2 * HOST_PROBE_CALLS):
+            args = [_clone(x) for x in inputs]
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn(*args)
+            if i >= HOST_PROBE_CALLS:
+                times.append((time.perf_counter() - t0) * 1e3)
+            torch.cuda.synchronize()
+    except Exception:
+        return None
+    finally:
+        if recording:
+            kg._cupti_stop()
+    return statistics.median(times)
 
 
 def op_prepare_timed(req):
     """Generates distinct input sets for the timed calls (one per timed iteration, within a
     byte budget) and writes them for the candidate. Which timed outputs get checked is decided
-    only after timing (op_check_timed), so the candidate cannot tell checked calls apart."""
+    only after timing (op_check_timed), so the candidate cannot tell checked calls apart. The
+    reply carries the reference's host launch time (`ref_host_ms`)."""
+    reply = _prepare_timed(req)
+    if reply.get("result") == "ok":
+        reply["ref_host_ms"] = reference_host_ms(req.get("cupti"))
+    return reply
+
+
+def _prepare_timed(req):
     w = req["workload"]
     want = max(1, int(req["iterations"]))
     cap = int(req.get("budget_bytes", 256 << 20))
@@ -530,7 +584,8 @@ def op_time_reference(req):
         args = kg.SealedSets(sets, keys=keys)
     try:
         t0 = time.perf_counter()
-        times, notes = kg.time_calls(lambda a: fn(*a[0]), args, dev, warmup, iterations, req["method"], req.get("budget_s"), after)
+        times, notes = kg.time_calls(lambda a: fn(*a[0]), args, dev, warmup, iterations, req["method"], req.get("budget_s"), after,
+                                     req.get("spin_us"))
         batch_wall_ms = (time.perf_counter() - t0) * 1e3
     except Exception as e:
         return kg.error_reply("invalid_reference", f"the reference raised while timed: {type(e).__name__}: {e}", traceback.format_exc())

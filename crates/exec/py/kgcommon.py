@@ -237,16 +237,34 @@ def random_input_set(spec, seed, dev):
     return out
 
 
+# Tensors above this many bytes are digested through DIGEST_CHUNKS evenly spaced chunks of
+# DIGEST_CHUNK bytes, gathered on their device.
+DIGEST_FULL_BYTES = 1 << 20
+DIGEST_CHUNKS = 8192
+DIGEST_CHUNK = 64
+
+
 def digest(values):
-    """SHA-256 over the bytes of every tensor (and the repr of everything else) in `values`."""
+    """SHA-256 over the bytes of every tensor (and the repr of everything else) in `values`.
+
+    It only tells whether two sides drew the same values (a generator that differs changes
+    every byte), so a large tensor is digested through a 512 KiB sample gathered on its device:
+    hashing all 64 MiB of a 4096^2 input pair on the host took ~150 ms a side on an H200
+    machine. A side that lies about its digest gains nothing: the judge compares against its
+    own reference on its own inputs."""
     import torch
 
     h = hashlib.sha256()
     for v in values:
         if isinstance(v, torch.Tensor):
-            b = v.detach().reshape(-1).contiguous().view(torch.uint8).cpu()
+            b = v.detach().reshape(-1).contiguous().view(torch.uint8)
+            n = b.numel()
+            if n > DIGEST_FULL_BYTES:
+                # first chunk at byte 0, last one ending at the last byte
+                starts = torch.arange(DIGEST_CHUNKS, device=b.device, dtype=torch.int64) * (n - DIGEST_CHUNK) // (DIGEST_CHUNKS - 1)
+                b = b[(starts[:, None] + torch.arange(DIGEST_CHUNK, device=b.device)).reshape(-1)]
             h.update(f"{v.dtype}{tuple(v.shape)}".encode())
-            h.update(b.numpy().tobytes())
+            h.update(b.cpu().numpy().tobytes())
         else:
             h.update(repr(v).encode())
     return h.hexdigest()
@@ -453,8 +471,11 @@ def _sync(dev):
         torch.cuda.synchronize(dev)
 
 
-def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, after=None):
+def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, after=None, spin_us=None):
     """Times `call(args)` over rotating argument sets.
+
+    `spin_us` (GPU): the length of the spin kernel queued before each call (default
+    SPIN_US_DEFAULT); the parent sizes it from the reference's host launch time.
 
     `after(args, result)`, when given, runs after each timed call, outside the timed span (not
     for cuda_graph): the candidate stashes a copy of its outputs there and drops the originals,
@@ -537,9 +558,14 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
 
         # A short spin kernel queued before the start event keeps the GPU busy while the host
         # records the start event and launches the call, so host launch latency is not counted
-        # (nvbench's blocking-kernel idea). ~50 us at 2 GHz.
+        # (nvbench's blocking-kernel idea). Its length is `spin_us`.
         spin = getattr(torch.cuda, "_sleep", None)
         notes["launch_gap_hidden"] = spin is not None
+        spin_us = float(spin_us) if spin_us else SPIN_US_DEFAULT
+        spin_cycles = int(spin_us * SPIN_CYCLES_PER_US)
+        notes["spin_us"] = spin_us
+        # Host time per part of the bracket (ms): where a workload's timing time goes.
+        cost = {"pre": [], "post": []}
 
         def bracket(fn, count, post=None, mark=False, pre=None, host=None):
             # host, when given, gets each call's host time until it returns (its launch time)
@@ -547,11 +573,13 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
             ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
             for i in range(count):
                 if pre is not None:
+                    p0 = time.perf_counter()
                     pre(i)  # e.g. decrypting call i's inputs: before the flush, never timed
+                    cost["pre"].append((time.perf_counter() - p0) * 1e3)
                 flush.zero_()
                 torch.cuda.synchronize()
                 if spin is not None:
-                    spin(SPIN_CYCLES)
+                    spin(spin_cycles)
                 starts[i].record()
                 h0 = time.perf_counter()
                 r = fn(i)
@@ -562,44 +590,64 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
                 if mark:
                     spin(1)  # closes this call's CUPTI records before our own copies in `post`
                 if post is not None:
+                    p0 = time.perf_counter()
                     post(i, r)
+                    cost["post"].append((time.perf_counter() - p0) * 1e3)
                 del r
             torch.cuda.synchronize()
             return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
-        empty = bracket(lambda i: None, max(20, min(iterations, 100)))
+        t0 = time.perf_counter()
+        empty = bracket(lambda i: None, CALIBRATION_BRACKETS)
         overhead = statistics.median(empty)
         post = (lambda i, r: after(arg_sets[i % n], r)) if after is not None else None
         recording = False
+        t1 = time.perf_counter()
         if method == "cupti":
             why = _cupti_start()
             if why:
                 notes["cupti_fallback"] = why
             recording = why is None
         host = []
+        t2 = time.perf_counter()
         try:
             raw = bracket(lambda i: call(arg_sets[i % n]), iterations, post, mark=recording and spin is not None,
                           pre=lambda i: arg_sets[i % n], host=host)
         finally:
+            t3 = time.perf_counter()
             events = _cupti_stop() if recording else None
         notes["bracket_overhead_ms"] = overhead
         notes["raw_median_ms"] = statistics.median(raw)
-        # Host time per call against the ~50 us spin that should hide it: when the host takes
-        # longer, the CUPTI span counts the wait (bimodal small-kernel timings).
+        # Host time per call against the spin that should hide it: when the host takes longer,
+        # the CUPTI span counts the wait (bimodal small-kernel timings).
         notes["host_call_ms"] = {"median": statistics.median(host), "max": max(host)}
         if events is not None:
-            spans, why = cupti_spans(events, len(raw), spin is not None)
+            late = []
+            spans, why = cupti_spans(events, len(raw), spin is not None, late)
             if spans is None:
                 notes["cupti_fallback"] = why
             else:
                 notes["cupti_ms"] = spans
                 notes["cupti_kernels"] = cupti_call_kernels(events)
+                # Calls whose first kernel started after the spin had ended: the host took
+                # longer than the spin to launch it, and the wait counts in the span.
+                notes["late_first_start_calls"] = late[0] if late else 0
+        med = lambda v: round(statistics.median(v), 4) if v else None  # noqa: E731
+        notes["bracket_ms"] = {"calibration": round((t1 - t0) * 1e3, 3), "cupti_start": round((t2 - t1) * 1e3, 3),
+                               "calls": round((t3 - t2) * 1e3, 3), "cupti_stop": round((time.perf_counter() - t3) * 1e3, 3),
+                               "pre_median": med(cost["pre"]), "post_median": med(cost["post"])}
         del flush
         return [max(t - overhead, 0.0) for t in raw], notes
 
 
-# ~50 us at 2 GHz: longer than the host needs to record the start event and launch a call.
-SPIN_CYCLES = 100_000
+# The spin kernel before each timed call, unless the parent sizes it (time_calls' spin_us):
+# longer than the host needs to record the start event and launch a small call.
+SPIN_US_DEFAULT = 50.0
+# torch.cuda._sleep counts clock cycles; ~2 GHz on the GPUs we target (an H200 runs at 1980 MHz).
+SPIN_CYCLES_PER_US = 2_000
+
+# Empty brackets measured to subtract the bracket's own cost from event times.
+CALIBRATION_BRACKETS = 20
 
 # A kernel that starts within this long after the spin kernel ends was queued behind it; a
 # later first start means host work inside the call kept the GPU idle, and that time counts.
@@ -667,20 +715,22 @@ def _is_device_activity(e):
         return False
 
 
-def cupti_spans(events, count, spun):
+def cupti_spans(events, count, spun, late=None):
     """Per timed call, the span of its device activity (kernels, copies, memsets on any stream)
     from CUPTI records: from the first start to the last end, counted from the end of our spin
     kernel when the first start came later than a queued launch would (host work in the call).
 
     Calls are told apart by launch order (correlation ids): each call's activities lie between
     its spin kernel and the one-cycle spin launched right after its end event. Returns
-    (spans_ms, None) or (None, why) when the records cannot be split unambiguously."""
+    (spans_ms, None) or (None, why) when the records cannot be split unambiguously. `late`, when
+    a list, gets the number of calls counted from the spin's end."""
     if not spun:
         return None, "no spin kernel to delimit calls"
     acts, spins = _activities_and_spins(events)
     if len(spins) != 2 * count:
         return None, f"found {len(spins)} spin kernels in the CUPTI records, {2 * count} expected for {count} timed calls"
     spans = []
+    n_late = 0
     for j in range(count):
         k, stop = spins[2 * j], spins[2 * j + 1]
         mine = acts[k + 1: stop]
@@ -689,8 +739,12 @@ def cupti_spans(events, count, spun):
         spin_end = acts[k][2]
         first = min(a[1] for a in mine)
         last = max(a[2] for a in mine)
-        start = first if first - spin_end <= CUPTI_QUEUE_GAP_NS else spin_end
+        was_late = first - spin_end > CUPTI_QUEUE_GAP_NS
+        start = spin_end if was_late else first
+        n_late += was_late
         spans.append(max(last - start, 0) / 1e6)
+    if late is not None:
+        late.append(n_late)
     return spans, None
 
 

@@ -294,16 +294,31 @@ fn choose_times(
         return fallback("span count differs from the timed call count".into());
     }
     let median = |v: &[f64]| integrity::spread_from_times(v).map(|s| s.median_ms);
-    match (median(&c), median(&cand_events)) {
-        (Some(mc), Some(me)) if mc >= CUPTI_MIN_RATIO * me - CUPTI_SLACK_MS => {}
-        (Some(mc), Some(me)) => {
-            return fallback(format!(
-                "the candidate's CUPTI median {mc:.4} ms is far below its event-bracket median {me:.4} ms"
-            ));
-        }
-        _ => return fallback("no valid CUPTI samples".into()),
+    let resolved = |spans: f64, events: f64| spans >= CUPTI_MIN_RATIO * events - CUPTI_SLACK_MS;
+    let (Some(mc), Some(me), Some(mr), Some(mre)) = (
+        median(&c),
+        median(&cand_events),
+        median(&r),
+        median(&ref_events),
+    ) else {
+        return fallback("no valid CUPTI samples".into());
+    };
+    if resolved(mc, me) {
+        return (TimingMethod::Cupti, c, r, None);
     }
-    (TimingMethod::Cupti, c, r, None)
+    // The event brackets cannot check spans of a kernel far shorter than their own unexplained
+    // time. When the trusted reference's spans sit as far below its events, that is the
+    // workload, not a forgery: the candidate's spans are believed if they claim no more speed
+    // over the reference than its event brackets show.
+    if !resolved(mr, mre) && mc > 0.0 && me > 0.0 && mr / mc <= CUPTI_SPEEDUP_SLACK * (mre / me) {
+        let note = format!(
+            "CUPTI spans checked against the reference's: event brackets ({me:.4} ms candidate, {mre:.4} ms reference) cannot resolve kernels of {mc:.4} / {mr:.4} ms, and the spans claim no more speed-up than the brackets show"
+        );
+        return (TimingMethod::Cupti, c, r, Some(note));
+    }
+    fallback(format!(
+        "the candidate's CUPTI median {mc:.4} ms is far below its event-bracket median {me:.4} ms"
+    ))
 }
 
 /// The raw per-call times (ms) a worker's timing reply carries.
@@ -320,6 +335,32 @@ fn times_of(v: &Value) -> Vec<f64> {
 const CUPTI_MIN_RATIO: f64 = 0.5;
 /// See `CUPTI_MIN_RATIO` (ms).
 const CUPTI_SLACK_MS: f64 = 0.002;
+/// Where the events cannot resolve the spans (`choose_times`), the candidate's span speed-up
+/// over the reference may exceed its event speed-up by at most this factor: the most a forged
+/// span can gain there.
+const CUPTI_SPEEDUP_SLACK: f64 = 1.25;
+
+/// The spin kernel queued before each timed GPU call keeps the GPU busy while the host records
+/// the start event and launches the call, so that launch is not timed; when the launch takes
+/// longer than the spin, the wait counts (a late first start, counted from the spin's end).
+/// Its length is this many times the reference's host launch time (measured by the judge,
+/// trusted) within [`SPIN_MIN_US`, `SPIN_MAX_US`]; the same length for both sides. A longer
+/// spin also hides host work done inside a call before its first kernel, hence the cap.
+const SPIN_HOST_FACTOR: f64 = 2.0;
+/// See [`SPIN_HOST_FACTOR`] (µs).
+const SPIN_MIN_US: f64 = 50.0;
+/// See [`SPIN_HOST_FACTOR`] (µs).
+const SPIN_MAX_US: f64 = 250.0;
+
+/// The spin length (µs) for a reference whose host launch took `ref_host_ms`.
+fn spin_us_for(ref_host_ms: Option<f64>) -> f64 {
+    match ref_host_ms {
+        Some(h) if h.is_finite() && h > 0.0 => {
+            (SPIN_HOST_FACTOR * h * 1e3).clamp(SPIN_MIN_US, SPIN_MAX_US)
+        }
+        _ => SPIN_MIN_US,
+    }
+}
 
 /// Fixed glibc malloc thresholds for CPU workers: blocks up to 32 MiB (glibc's maximum mmap
 /// threshold) come from the heap, and freed heap memory is kept rather than returned.
@@ -1028,6 +1069,7 @@ impl Session {
             *has_inf |= r.get("has_inf").and_then(Value::as_bool).unwrap_or(false);
         };
         let mut last_in = Value::Null;
+        let mut costs = RoundCosts::default();
         // Round inputs that are all random or scalar are drawn by the candidate from the round's
         // seed (no bytes move); round 0 compares both sides' bytes once, and files are used
         // for the rest of the workload when they differ.
@@ -1041,7 +1083,10 @@ impl Session {
                 let mut req = self.prepare_request(problem, w, round, &inp);
                 req["generate"] = json!(generate);
                 req["digest"] = json!(round == 0);
-                let r = match self.judge_request(&req, deadline) {
+                let t_op = Instant::now();
+                let r = self.judge_request(&req, deadline);
+                costs.add("judge prepare", t_op, r.as_ref().ok());
+                let r = match r {
                     Ok(r) => r,
                     Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
                     Err(JudgeFail::Other(m)) => {
@@ -1060,10 +1105,12 @@ impl Session {
                 input = drawn.unwrap_or_else(|| json!(inp));
                 let run = json!({"op": "run", "in": input, "out": out, "outputs": outputs,
                                  "digest": compare});
+                let t_op = Instant::now();
                 let cr = match self.candidate_call(cand, &run, deadline)? {
                     Err(o) => return Ok(o),
                     Ok(cr) => cr,
                 };
+                costs.add("candidate run", t_op, Some(&cr));
                 if let Some(m) = cr.get("reward_hack").and_then(Value::as_str) {
                     return Ok(Outcome::fail(
                         Status::RewardHack,
@@ -1084,7 +1131,10 @@ impl Session {
                 break;
             }
             let check = json!({"op": "check", "round": round, "path": out, "tolerance": tol_json});
-            let r = match self.judge_request(&check, deadline) {
+            let t_op = Instant::now();
+            let r = self.judge_request(&check, deadline);
+            costs.add("judge check", t_op, r.as_ref().ok());
+            let r = match r {
                 Ok(r) => r,
                 Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
                 Err(JudgeFail::Other(m)) => {
@@ -1183,7 +1233,7 @@ impl Session {
         let rreq = json!({
             "op": "time_reference", "warmup": self.opts.warmup,
             "iterations": iterations.max(1), "method": method_name,
-            "budget_s": budget, "clones": clones,
+            "budget_s": budget, "clones": clones, "spin_us": tr.get("spin_us"),
         });
         let t_ref = Instant::now();
         let rr = match self.judge_request(&rreq, deadline) {
@@ -1246,8 +1296,26 @@ impl Session {
             ));
         }
         log.push_str(&format!("harness: round inputs: {round_inputs}\n"));
+        log.push_str(&format!(
+            "harness: correctness round costs (ms, summed over {rounds} rounds): {}\n",
+            costs.line()
+        ));
         if let Some(h) = tr.get("handover").and_then(Value::as_str) {
             log.push_str(&format!("harness: timed input sets: {h}\n"));
+        }
+        if let Some(us) = tr.get("spin_us").and_then(Value::as_f64)
+            && !self.opts.device.is_cpu()
+        {
+            let why = match tr.get("ref_host_ms").and_then(Value::as_f64) {
+                Some(h) => format!(
+                    "{SPIN_HOST_FACTOR}x the reference's host launch time {:.1} us, within {SPIN_MIN_US}-{SPIN_MAX_US} us",
+                    h * 1e3
+                ),
+                None => "the reference's host launch time was not measured".into(),
+            };
+            log.push_str(&format!(
+                "harness: spin kernel before each timed call: {us:.0} us ({why})\n"
+            ));
         }
         if c_raised {
             log.push_str(&format!(
@@ -1312,6 +1380,7 @@ impl Session {
         let mut load_s = 0.0;
         let mut handover = "sealed files (an input is custom or read from a file)";
         let mut keys = integrity::TimedKeys::new(Vec::new(), Vec::new());
+        let mut ref_host_ms = None;
         // First choice: the timed sets are drawn in the candidate from per-set seeds (the
         // keys), so no bytes move; files when an input is custom or from safetensors, or when
         // the candidate's generator does not reproduce the judge's probe set.
@@ -1321,6 +1390,7 @@ impl Session {
                 "op": "prepare_timed", "workload": w.workload, "path": timed_in,
                 "input_shapes": shapes_json(&w.resolved.inputs), "axes": w.resolved.axes,
                 "iterations": self.opts.iterations.max(1), "generate": generate,
+                "cupti": method_name == "cupti",
                 "budget_bytes": if gpu { integrity::TIMED_INPUT_BUDGET_GPU } else { integrity::TIMED_INPUT_BUDGET_CPU },
             });
             let r = match self.judge_request(&preq, deadline) {
@@ -1345,6 +1415,7 @@ impl Session {
                 .map(|a| a.iter().filter_map(Value::as_f64).collect())
                 .unwrap_or_default();
             keys = integrity::TimedKeys::new(strs("keys"), seal_ms);
+            ref_host_ms = r.get("ref_host_ms").and_then(Value::as_f64);
             let generated = r.get("generate").filter(|g| g.is_object()).cloned();
             let probe = r
                 .get("probe_digest")
@@ -1378,9 +1449,10 @@ impl Session {
                 "sealed files (the candidate's generator did not reproduce the judge's probe set)";
         }
         let _ = std::fs::remove_file(&timed_in);
+        let spin_us = spin_us_for(ref_host_ms);
         let treq = json!({
             "op": "time", "iterations": self.opts.iterations.max(1),
-            "method": method_name, "budget_s": budget,
+            "method": method_name, "budget_s": budget, "spin_us": spin_us,
         });
         let t0 = Instant::now();
         let tr = self.candidate_call_with(cand, &treq, deadline, &mut |a| keys.answer(a))?;
@@ -1465,6 +1537,8 @@ impl Session {
             o.insert("outside_ms".into(), json!(outside_ms));
             o.insert("dual_clock".into(), dual);
             o.insert("handover".into(), json!(handover));
+            o.insert("spin_us".into(), json!(spin_us));
+            o.insert("ref_host_ms".into(), json!(ref_host_ms));
             o.insert(
                 "phases_s".into(),
                 json!({"prepare": prep_s, "load": load_s, "batch": outside_ms / 1e3,
@@ -1487,6 +1561,41 @@ impl Session {
 /// what its batch spends outside its reported calls (key round trips, opening sets, flushes,
 /// copies, and whatever slows the machine right now) is what an honest candidate's batch may
 /// spend too, up to `integrity::DUAL_CLOCK_REFERENCE_FACTOR` times.
+/// Where the correctness rounds' time goes, for the trace log: the parent's wall time of each
+/// kind of request, and inside it the parts the worker reported in its reply's `ms` (workers'
+/// figures are diagnostics only; nothing is decided on them).
+#[derive(Debug, Default)]
+struct RoundCosts {
+    ops: IndexMap<&'static str, (f64, IndexMap<String, f64>)>,
+}
+
+impl RoundCosts {
+    fn add(&mut self, op: &'static str, started: Instant, reply: Option<&Value>) {
+        let e = self.ops.entry(op).or_default();
+        e.0 += started.elapsed().as_secs_f64() * 1e3;
+        if let Some(parts) = reply.and_then(|r| r.get("ms")).and_then(Value::as_object) {
+            for (k, v) in parts {
+                if let Some(ms) = v.as_f64() {
+                    *e.1.entry(k.clone()).or_default() += ms;
+                }
+            }
+        }
+    }
+
+    fn line(&self) -> String {
+        let mut out = Vec::new();
+        for (op, (wall, parts)) in &self.ops {
+            let inner: Vec<String> = parts.iter().map(|(k, v)| format!("{k} {v:.1}")).collect();
+            if inner.is_empty() {
+                out.push(format!("{op} {wall:.1}"));
+            } else {
+                out.push(format!("{op} {wall:.1} ({})", inner.join(", ")));
+            }
+        }
+        out.join("; ")
+    }
+}
+
 fn dual_clock_after_reference(
     tr: &Value,
     rr: &Value,
@@ -1617,6 +1726,28 @@ pub fn status_counts(traces: &[Trace]) -> IndexMap<String, usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn round_costs_sum_each_kind_of_request_and_the_parts_workers_report() {
+        let mut c = RoundCosts::default();
+        let t = Instant::now();
+        c.add(
+            "candidate run",
+            t,
+            Some(&json!({"ms": {"call": 1.5, "save": 2.0}})),
+        );
+        c.add(
+            "candidate run",
+            t,
+            Some(&json!({"ms": {"call": 0.5, "save": "x"}})),
+        );
+        c.add("judge check", t, None);
+        let line = c.line();
+        assert!(line.contains("(call 2.0, save 2.0)"), "{line}");
+        assert!(line.starts_with("candidate run "), "{line}");
+        assert!(line.contains("; judge check "), "{line}");
+        assert!(!line.contains("judge check 0.0 ("), "{line}");
+    }
 
     #[test]
     fn dual_clock_allows_a_multiple_of_the_references_unexplained_time() {
@@ -1758,6 +1889,47 @@ mod tests {
             ev.clone(),
         );
         assert_eq!(m, TimingMethod::DeviceEventSync);
+    }
+
+    #[test]
+    fn tiny_kernels_are_checked_against_the_references_spans() {
+        // H200, a 2 us gemv: both sides' event brackets read ~11 us (session 6's release made
+        // such a workload fall back to events in one run and not in the other).
+        let ce = vec![0.0112, 0.0113, 0.0111];
+        let re = vec![0.0111, 0.0112, 0.0110];
+        let honest = reply(Some(&[0.0019, 0.0019, 0.0020]), None);
+        let reference = reply(Some(&[0.0019, 0.0020, 0.0019]), None);
+        let (m, ct, _, note) = choose_times(
+            TimingMethod::Cupti,
+            &honest,
+            &reference,
+            ce.clone(),
+            re.clone(),
+        );
+        assert_eq!(m, TimingMethod::Cupti);
+        assert_eq!(ct, vec![0.0019, 0.0019, 0.0020]);
+        assert!(note.is_some_and(|n| n.contains("checked against the reference")));
+        // Spans forged to 0.1 us, or to 1.4 us (1.36x over the reference where the events
+        // show 1.0x), are not believed.
+        for forged in [0.0001, 0.0014] {
+            let c = reply(Some(&[forged, forged, forged]), None);
+            let (m, ..) = choose_times(TimingMethod::Cupti, &c, &reference, ce.clone(), re.clone());
+            assert_eq!(m, TimingMethod::DeviceEventSync, "{forged}");
+        }
+        // Where the reference's spans are resolved by its events, the candidate's are held to
+        // the plain rule.
+        let resolved_ref = reply(Some(&[0.0100, 0.0101, 0.0099]), None);
+        let (m, ..) = choose_times(TimingMethod::Cupti, &honest, &resolved_ref, ce.clone(), re);
+        assert_eq!(m, TimingMethod::DeviceEventSync);
+    }
+
+    #[test]
+    fn the_spin_follows_the_references_host_launch_within_bounds() {
+        assert_eq!(spin_us_for(None), SPIN_MIN_US);
+        assert_eq!(spin_us_for(Some(0.010)), SPIN_MIN_US);
+        assert_eq!(spin_us_for(Some(0.090)), 180.0);
+        assert_eq!(spin_us_for(Some(5.0)), SPIN_MAX_US);
+        assert_eq!(spin_us_for(Some(f64::NAN)), SPIN_MIN_US);
     }
 
     #[test]

@@ -276,3 +276,32 @@ def test_generated_sets_open_in_order_one_at_a_time(monkeypatch):
     assert asked == [0]  # the open set is kept for its call (pre, call, after)
     assert kg.digest(s[1][0]) == kg.digest(kg.random_input_set(SPEC, 42, dev)) and asked == [0, 1]
     assert 0 not in s._open  # only the current set stays alive
+
+
+def test_late_first_starts_are_counted():
+    ev = records([[(1_000, 5_000)], [(30_000, 5_000)], [(4_000, 1_000)]])
+    late = []
+    spans, why = kg.cupti_spans(ev, 3, True, late)
+    assert why is None and late == [1]
+    assert spans == pytest.approx([0.005, 0.035, 0.001])
+
+
+def test_digest_of_a_large_tensor_samples_it_and_still_tells_generators_apart():
+    g = torch.Generator().manual_seed(7)
+    a = torch.randn(1 << 20, generator=g)  # 4 MiB: sampled
+    assert kg.digest([a]) == kg.digest([a.clone()])
+    # another draw (a generator that differs changes every byte) is told apart
+    b = torch.randn(1 << 20, generator=torch.Generator().manual_seed(8))
+    assert kg.digest([a]) != kg.digest([b])
+    # a change in a sampled chunk, the first or the last byte, is seen
+    for i in (0, a.numel() - 1):
+        c = a.clone()
+        c[i] += 1.0
+        assert kg.digest([c]) != kg.digest([a]), i
+    # dtype and shape are part of the digest, small tensors are hashed whole
+    assert kg.digest([a.view(2, -1)]) != kg.digest([a])
+    s = torch.arange(10)
+    t = s.clone()
+    t[5] = -1
+    assert kg.digest([s]) != kg.digest([t])
+    assert kg.digest([s, 3]) != kg.digest([s, 4])
