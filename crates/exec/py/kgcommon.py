@@ -597,17 +597,27 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
             torch.cuda.synchronize()
             return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
-        t0 = time.perf_counter()
-        empty = bracket(lambda i: None, CALIBRATION_BRACKETS)
-        overhead = statistics.median(empty)
         post = (lambda i, r: after(arg_sets[i % n], r)) if after is not None else None
         recording = False
-        t1 = time.perf_counter()
+        t0 = time.perf_counter()
         if method == "cupti":
             why = _cupti_start()
             if why:
                 notes["cupti_fallback"] = why
             recording = why is None
+        t1 = time.perf_counter()
+        # The empty brackets are measured under the same recording as the timed calls: CUPTI's
+        # callbacks lengthen every launch, record and sync, and an overhead measured without
+        # them left ~9 us of a 2 us kernel's event bracket unexplained on an H200, so the
+        # candidate's honest spans looked forged. Their spin kernels come first in the records
+        # (cupti_spans skips them).
+        try:
+            empty = bracket(lambda i: None, CALIBRATION_BRACKETS)
+        except BaseException:
+            if recording:
+                _cupti_stop()
+            raise
+        overhead = statistics.median(empty)
         host = []
         t2 = time.perf_counter()
         try:
@@ -623,17 +633,17 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
         notes["host_call_ms"] = {"median": statistics.median(host), "max": max(host)}
         if events is not None:
             late = []
-            spans, why = cupti_spans(events, len(raw), spin is not None, late)
+            spans, why = cupti_spans(events, len(raw), spin is not None, late, skip=CALIBRATION_BRACKETS)
             if spans is None:
                 notes["cupti_fallback"] = why
             else:
                 notes["cupti_ms"] = spans
-                notes["cupti_kernels"] = cupti_call_kernels(events)
+                notes["cupti_kernels"] = cupti_call_kernels(events, skip=CALIBRATION_BRACKETS)
                 # Calls whose first kernel started after the spin had ended: the host took
                 # longer than the spin to launch it, and the wait counts in the span.
                 notes["late_first_start_calls"] = late[0] if late else 0
         med = lambda v: round(statistics.median(v), 4) if v else None  # noqa: E731
-        notes["bracket_ms"] = {"calibration": round((t1 - t0) * 1e3, 3), "cupti_start": round((t2 - t1) * 1e3, 3),
+        notes["bracket_ms"] = {"cupti_start": round((t1 - t0) * 1e3, 3), "calibration": round((t2 - t1) * 1e3, 3),
                                "calls": round((t3 - t2) * 1e3, 3), "cupti_stop": round((time.perf_counter() - t3) * 1e3, 3),
                                "pre_median": med(cost["pre"]), "post_median": med(cost["post"])}
         del flush
@@ -642,7 +652,7 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
 
 # The spin kernel before each timed call, unless the parent sizes it (time_calls' spin_us):
 # longer than the host needs to record the start event and launch a small call.
-SPIN_US_DEFAULT = 50.0
+SPIN_US_DEFAULT = 150.0  # engine.rs SPIN_MIN_US
 # torch.cuda._sleep counts clock cycles; ~2 GHz on the GPUs we target (an H200 runs at 1980 MHz).
 SPIN_CYCLES_PER_US = 2_000
 
@@ -715,7 +725,7 @@ def _is_device_activity(e):
         return False
 
 
-def cupti_spans(events, count, spun, late=None):
+def cupti_spans(events, count, spun, late=None, skip=0):
     """Per timed call, the span of its device activity (kernels, copies, memsets on any stream)
     from CUPTI records: from the first start to the last end, counted from the end of our spin
     kernel when the first start came later than a queued launch would (host work in the call).
@@ -723,10 +733,11 @@ def cupti_spans(events, count, spun, late=None):
     Calls are told apart by launch order (correlation ids): each call's activities lie between
     its spin kernel and the one-cycle spin launched right after its end event. Returns
     (spans_ms, None) or (None, why) when the records cannot be split unambiguously. `late`, when
-    a list, gets the number of calls counted from the spin's end."""
+    a list, gets the number of calls counted from the spin's end. The first `skip` spin kernels
+    are the empty calibration brackets' (one each), recorded before the timed calls."""
     if not spun:
         return None, "no spin kernel to delimit calls"
-    acts, spins = _activities_and_spins(events)
+    acts, spins = _activities_and_spins(events, skip)
     if len(spins) != 2 * count:
         return None, f"found {len(spins)} spin kernels in the CUPTI records, {2 * count} expected for {count} timed calls"
     spans = []
@@ -748,19 +759,21 @@ def cupti_spans(events, count, spun, late=None):
     return spans, None
 
 
-def _activities_and_spins(events):
+def _activities_and_spins(events, skip=0):
     """Device activities as (correlation id, start ns, end ns, name) in launch order, and the
-    positions of our spin kernels among them: each timed call lies between spins 2j and 2j+1."""
+    positions of our spin kernels among them after the first `skip`: each timed call lies
+    between spins 2j and 2j+1."""
     acts = sorted((int(e.correlation_id()), int(e.start_ns()), int(e.end_ns()), e.name())
                   for e in events if _is_device_activity(e))
-    return acts, [k for k, a in enumerate(acts) if "spin_kernel" in a[3]]
+    return acts, [k for k, a in enumerate(acts) if "spin_kernel" in a[3]][skip:]
 
 
-def cupti_call_kernels(events, limit=8):
+def cupti_call_kernels(events, limit=8, skip=0):
     """Distinct names of the device activities inside the timed calls (split as cupti_spans
     splits them), with their counts, most frequent first: which kernels the candidate really
-    ran (a per-process kernel choice shows up here). At most `limit` names."""
-    acts, spins = _activities_and_spins(events)
+    ran (a per-process kernel choice shows up here). At most `limit` names; `skip` as in
+    cupti_spans."""
+    acts, spins = _activities_and_spins(events, skip)
     counts = {}
     for k, stop in zip(spins[0::2], spins[1::2]):
         for a in acts[k + 1: stop]:

@@ -305,3 +305,23 @@ def test_digest_of_a_large_tensor_samples_it_and_still_tells_generators_apart():
     t[5] = -1
     assert kg.digest([s]) != kg.digest([t])
     assert kg.digest([s, 3]) != kg.digest([s, 4])
+
+
+def test_calibration_brackets_recorded_first_are_skipped():
+    # two empty brackets (flush + spin, no closing spin) before the timed calls, as time_calls
+    # records them since the calibration runs under CUPTI too
+    ev, corr, t = [], 1, 1_000_000
+    for _ in range(2):
+        ev.append(Ev(corr, t, t + 80_000, "vectorized_elementwise_kernel<FillFunctor>"))
+        ev.append(Ev(corr + 1, t + 90_000, t + 140_000, "spin_kernel"))
+        corr, t = corr + 2, t + 200_000
+    for kernels in ([(1_000, 5_000)], [(30_000, 2_000)]):
+        e, corr, t = call_records(corr, t, kernels)
+        ev += e
+    late = []
+    spans, why = kg.cupti_spans(ev, 2, True, late, skip=2)
+    assert why is None and spans == pytest.approx([0.005, 0.032]) and late == [1]
+    assert kg.cupti_call_kernels(ev, skip=2) == {"candidate_kernel": 2}
+    # without the skip the calibration spins break the split instead of shortening a call
+    spans, why = kg.cupti_spans(ev, 2, True)
+    assert spans is None and "6 spin kernels" in why
