@@ -631,20 +631,24 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
         # Host time per call against the spin that should hide it: when the host takes longer,
         # the CUPTI span counts the wait (bimodal small-kernel timings).
         notes["host_call_ms"] = {"median": statistics.median(host), "max": max(host)}
+        t4 = time.perf_counter()
         if events is not None:
             late = []
-            spans, why = cupti_spans(events, len(raw), spin is not None, late, skip=CALIBRATION_BRACKETS)
+            # One pass over the records for both readings (thousands of records a workload).
+            parsed = _activities_and_spins(events, CALIBRATION_BRACKETS)
+            spans, why = cupti_spans(events, len(raw), spin is not None, late, parsed=parsed)
             if spans is None:
                 notes["cupti_fallback"] = why
             else:
                 notes["cupti_ms"] = spans
-                notes["cupti_kernels"] = cupti_call_kernels(events, skip=CALIBRATION_BRACKETS)
+                notes["cupti_kernels"] = cupti_call_kernels(events, parsed=parsed)
                 # Calls whose first kernel started after the spin had ended: the host took
                 # longer than the spin to launch it, and the wait counts in the span.
                 notes["late_first_start_calls"] = late[0] if late else 0
         med = lambda v: round(statistics.median(v), 4) if v else None  # noqa: E731
         notes["bracket_ms"] = {"cupti_start": round((t1 - t0) * 1e3, 3), "calibration": round((t2 - t1) * 1e3, 3),
-                               "calls": round((t3 - t2) * 1e3, 3), "cupti_stop": round((time.perf_counter() - t3) * 1e3, 3),
+                               "calls": round((t3 - t2) * 1e3, 3), "cupti_stop": round((t4 - t3) * 1e3, 3),
+                               "cupti_parse": round((time.perf_counter() - t4) * 1e3, 3),
                                "pre_median": med(cost["pre"]), "post_median": med(cost["post"])}
         del flush
         return [max(t - overhead, 0.0) for t in raw], notes
@@ -725,7 +729,7 @@ def _is_device_activity(e):
         return False
 
 
-def cupti_spans(events, count, spun, late=None, skip=0):
+def cupti_spans(events, count, spun, late=None, skip=0, parsed=None):
     """Per timed call, the span of its device activity (kernels, copies, memsets on any stream)
     from CUPTI records: from the first start to the last end, counted from the end of our spin
     kernel when the first start came later than a queued launch would (host work in the call).
@@ -734,10 +738,11 @@ def cupti_spans(events, count, spun, late=None, skip=0):
     its spin kernel and the one-cycle spin launched right after its end event. Returns
     (spans_ms, None) or (None, why) when the records cannot be split unambiguously. `late`, when
     a list, gets the number of calls counted from the spin's end. The first `skip` spin kernels
-    are the empty calibration brackets' (one each), recorded before the timed calls."""
+    are the empty calibration brackets' (one each), recorded before the timed calls. `parsed`:
+    `_activities_and_spins(events, skip)` already computed."""
     if not spun:
         return None, "no spin kernel to delimit calls"
-    acts, spins = _activities_and_spins(events, skip)
+    acts, spins = parsed if parsed is not None else _activities_and_spins(events, skip)
     if len(spins) != 2 * count:
         return None, f"found {len(spins)} spin kernels in the CUPTI records, {2 * count} expected for {count} timed calls"
     spans = []
@@ -768,12 +773,12 @@ def _activities_and_spins(events, skip=0):
     return acts, [k for k, a in enumerate(acts) if "spin_kernel" in a[3]][skip:]
 
 
-def cupti_call_kernels(events, limit=8, skip=0):
+def cupti_call_kernels(events, limit=8, skip=0, parsed=None):
     """Distinct names of the device activities inside the timed calls (split as cupti_spans
     splits them), with their counts, most frequent first: which kernels the candidate really
     ran (a per-process kernel choice shows up here). At most `limit` names; `skip` as in
     cupti_spans."""
-    acts, spins = _activities_and_spins(events, skip)
+    acts, spins = parsed if parsed is not None else _activities_and_spins(events, skip)
     counts = {}
     for k, stop in zip(spins[0::2], spins[1::2]):
         for a in acts[k + 1: stop]:

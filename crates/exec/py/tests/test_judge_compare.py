@@ -1,0 +1,65 @@
+"""The judge's output comparison (`judge.compare`) on hand-made tensors: each failure it must
+report, and the figures it returns."""
+
+import math
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import judge  # noqa: E402
+
+TOL = {"max_atol": 1e-3, "max_rtol": 1e-3, "required_matched_ratio": 1.0}
+
+
+@pytest.fixture(autouse=True)
+def one_output():
+    judge.STATE["definition"] = {"outputs": {"y": {"dtype": "float32"}}}
+    judge.STATE["device"] = torch.device("cpu")
+
+
+def check(out, ref, **tol):
+    return judge.compare([out], {**TOL, **tol}, ref=[ref])
+
+
+def test_matching_outputs_pass_with_their_errors_reported():
+    r = torch.tensor([1.0, -2.0, 4.0])
+    res = check(r + torch.tensor([0.0, 0.0005, 0.0]), r)
+    assert res["status"] == "PASSED"
+    assert res["max_abs"] == pytest.approx(0.0005, rel=1e-3)
+    assert res["matched_ratio"] == 1.0 and not res["has_nan"] and not res["has_inf"]
+
+
+def test_an_element_outside_tolerance_fails_with_the_ratio():
+    r = torch.ones(4)
+    res = check(torch.tensor([1.0, 1.0, 1.0, 1.5]), r)
+    assert res["status"] == "INCORRECT_NUMERICAL"
+    assert res["matched_ratio"] == 0.75 and "0.750000 of elements" in res["message"]
+    assert check(torch.tensor([1.0, 1.0, 1.0, 1.5]), r, required_matched_ratio=0.7)["status"] == "PASSED"
+    assert check(torch.tensor([1.0, 1.0, 1.0, 1.5]), r, required_matched_ratio=0.7, max_error_cap=0.1)["status"] == "INCORRECT_NUMERICAL"
+
+
+def test_nan_or_inf_where_the_reference_differs_fails_and_is_counted():
+    r = torch.ones(3)
+    res = check(torch.tensor([1.0, math.nan, math.inf]), r)
+    assert res["status"] == "INCORRECT_NUMERICAL" and res["has_nan"] and res["has_inf"]
+    assert "2 element(s) are NaN/Inf" in res["message"]
+    # -inf on both sides passes only when allowed
+    r = torch.tensor([1.0, -math.inf])
+    assert check(torch.tensor([1.0, -math.inf]), r)["status"] == "INCORRECT_NUMERICAL"
+    assert check(torch.tensor([1.0, -math.inf]), r, allow_negative_inf=True)["status"] == "PASSED"
+
+
+def test_all_zeros_against_a_nonzero_reference_fails_even_within_tolerance():
+    r = torch.full((8,), 1e-4)
+    res = check(torch.zeros(8), r)
+    assert res["status"] == "INCORRECT_NUMERICAL" and "all zeros" in res["message"]
+    assert check(torch.zeros(8), torch.zeros(8))["status"] == "PASSED"
+
+
+def test_shape_and_dtype_are_checked_first():
+    r = torch.ones(3)
+    assert check(torch.ones(4), r)["status"] == "INCORRECT_SHAPE"
+    assert check(torch.ones(3, dtype=torch.float16), r)["status"] == "INCORRECT_DTYPE"
