@@ -1559,11 +1559,6 @@ impl Session {
     }
 }
 
-/// The dual clock with its allowance widened by the reference's own unexplained batch time:
-/// the judge (trusted) times the reference through the same harness steps on the same sets, so
-/// what its batch spends outside its reported calls (key round trips, opening sets, flushes,
-/// copies, and whatever slows the machine right now) is what an honest candidate's batch may
-/// spend too, up to `integrity::DUAL_CLOCK_REFERENCE_FACTOR` times.
 /// Where the correctness rounds' time goes, for the trace log: the parent's wall time of each
 /// kind of request, and inside it the parts the worker reported in its reply's `ms` (workers'
 /// figures are diagnostics only; nothing is decided on them).
@@ -1599,6 +1594,11 @@ impl RoundCosts {
     }
 }
 
+/// The dual clock with its allowance widened by the reference's own unexplained batch time:
+/// the judge (trusted) times the reference through the same harness steps on the same sets, so
+/// what its batch spends outside its reported calls (key round trips, opening sets, flushes,
+/// copies, and whatever slows the machine right now) is what an honest candidate's batch may
+/// spend too, up to `integrity::DUAL_CLOCK_REFERENCE_FACTOR` times.
 fn dual_clock_after_reference(
     tr: &Value,
     rr: &Value,
