@@ -1,5 +1,6 @@
 //! `cargo xtask release --corpus DIR --hardware NAME [--device D] [--backend aten|fx]
-//! [--candidate reference|bundled|DIR] [--kg-bench PATH] [--python PATH] -o OUT`
+//! [--candidate reference|bundled|DIR] [--timing default|events] [--kg-bench PATH]
+//! [--python PATH] -o OUT`
 //!
 //! corpus validate -> solar analyze every workload -> baseline run (each problem's reference)
 //! -> candidate run -> score -> OUT/release-bundle.json, binding by SHA-256 the corpus copy,
@@ -14,7 +15,7 @@ use kg_contract::Problem;
 use kg_solar::Backend;
 use kg_solar::analysis::{analysis_dir, analyze_batch, write_analysis};
 
-const USAGE: &str = "usage: cargo xtask release --corpus DIR --hardware NAME [--device D] [--backend aten|fx] [--candidate reference|bundled|DIR] [--kg-bench PATH] [--python PATH] -o OUT";
+const USAGE: &str = "usage: cargo xtask release --corpus DIR --hardware NAME [--device D] [--backend aten|fx] [--candidate reference|bundled|DIR] [--timing default|events] [--kg-bench PATH] [--python PATH] -o OUT";
 
 struct Opts {
     corpus: PathBuf,
@@ -22,6 +23,8 @@ struct Opts {
     device: String,
     backend: Backend,
     candidate: String,
+    /// `kg-bench run --timing` for both runs (`default` or `events`).
+    timing: String,
     kg_bench: Option<PathBuf>,
     python: Option<PathBuf>,
     out: PathBuf,
@@ -34,6 +37,7 @@ fn parse(args: &[String]) -> Result<Opts> {
         device: "auto".into(),
         backend: Backend::Aten,
         candidate: "reference".into(),
+        timing: "default".into(),
         kg_bench: None,
         python: None,
         out: PathBuf::new(),
@@ -57,6 +61,15 @@ fn parse(args: &[String]) -> Result<Opts> {
                 }
             }
             "--candidate" => o.candidate = val()?,
+            "--timing" => {
+                o.timing = val()?;
+                if !matches!(o.timing.as_str(), "default" | "events") {
+                    bail!(
+                        "unknown --timing `{}`; expected default or events (both runs must be timed one way)",
+                        o.timing
+                    );
+                }
+            }
             "--kg-bench" => o.kg_bench = Some(PathBuf::from(val()?)),
             "--python" => o.python = Some(PathBuf::from(val()?)),
             "-o" | "--output" => o.out = PathBuf::from(val()?),
@@ -120,6 +133,7 @@ fn kg_bench_run(o: &Opts, root: &Path, corpus: &Path, solutions: &str, out: &Pat
         .arg("-o")
         .arg(out);
     cmd.arg("--device").arg(&o.device);
+    cmd.arg("--timing").arg(&o.timing);
     if let Some(p) = &o.python {
         cmd.arg("--python").arg(p);
     }
@@ -203,7 +217,7 @@ pub fn release(root: &Path, args: &[String]) -> Result<()> {
         .and_then(|x| String::from_utf8(x.stdout).ok())
         .map(|s| s.trim().to_string())
         .unwrap_or_default();
-    let (bundle, report) = kg_score::bundle::assemble(&kg_score::bundle::Inputs {
+    let assembled = kg_score::bundle::assemble(&kg_score::bundle::Inputs {
         root: out.clone(),
         corpus_files,
         baseline: ("reference".into(), kg_score::trace_files(&base_dir)?),
@@ -212,7 +226,21 @@ pub fn release(root: &Path, args: &[String]) -> Result<()> {
         hardware: (hw.spec.name.clone(), hw.sha256.clone()),
         backend: o.backend.as_str().into(),
         created,
-    })?;
+    });
+    let (bundle, report) = match assembled {
+        Err(e @ kg_score::ScoreError::Mismatch { .. })
+        | Err(e @ kg_score::ScoreError::Baseline { .. })
+            if o.timing == "default" && e.to_string().contains("timing method") =>
+        {
+            // A workload whose CUPTI spans were refused in one run is timed by events there;
+            // the traces stay in OUT. Timing both runs by events makes every pair comparable.
+            bail!(
+                "{e}\nthe baseline and candidate traces are in `{}`; to release with one timing method throughout, run again with `--timing events`",
+                out.display()
+            );
+        }
+        r => r?,
+    };
     println!(
         "release bundle `{}`: SOL score {:.6} over {} problems / {} workloads on {} ({})",
         out.join(kg_score::bundle::BUNDLE_FILE).display(),

@@ -4,7 +4,7 @@
 # bench (benchmarks: default CUPTI timing, plus event timing and CUDA graphs for comparison),
 # corpus (validate + reference and bundled corpus runs), auto (--device auto claim),
 # bundled (bundled Triton solutions only), release (issue 5: `xtask release` of problems/core on
-# the H200 and `score official`; XTASK names the carried xtask binary), redteam (issue 8; CASES
+# the H200 and `score official`; XTASK names the carried xtask binary, TIMING=events times both runs by events), redteam (issue 8; CASES
 # and TAG select and name a subset), sandbox (what the host allows + one sandboxed GPU run),
 # overhead (bundled corpus, one workload a problem, with and without --no-sandbox), diag (matmul
 # with CUPTI, events and --no-sandbox, rmsnorm Triton launches, ncu, clocks and throttling),
@@ -53,7 +53,7 @@ if [ "$PART" = bundled ]; then
   log core-bundled; run_t "$OUT/r/core-bundled.txt" $KG run problems/core --solutions bundled --device cuda:0 -o "$OUT/r/core-bundled"
 fi
 if [ "$PART" = release ]; then
-  log release; run_t "$OUT/r/release.txt" env CARGO_MANIFEST_DIR="$PWD/xtask" "$XTASK" release --corpus problems/core --hardware h200 --device cuda:0 --kg-bench "$(realpath $KG)" --python python3 -o "$OUT/r/rel"
+  log release; run_t "$OUT/r/release.txt" env CARGO_MANIFEST_DIR="$PWD/xtask" "$XTASK" release --corpus problems/core --hardware h200 --device cuda:0 --kg-bench "$(realpath $KG)" --python python3 ${TIMING:+--timing $TIMING} -o "$OUT/r/rel"
   log score-official; run_t "$OUT/r/score-official.txt" $KG score official "$OUT/r/rel/release-bundle.json"
 fi
 if [ "$PART" = redteam ]; then
