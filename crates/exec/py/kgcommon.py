@@ -607,9 +607,9 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
             recording = why is None
         t1 = time.perf_counter()
         # The empty brackets are measured under the same recording as the timed calls: CUPTI's
-        # callbacks lengthen every launch, record and sync, and an overhead measured without
-        # them left ~9 us of a 2 us kernel's event bracket unexplained on an H200, so the
-        # candidate's honest spans looked forged. Their spin kernels come first in the records
+        # callbacks lengthen every launch, record and sync (an overhead measured without them
+        # is the likely reason ~9 us of a 2 us kernel's event bracket went unexplained on an
+        # H200, making honest spans look forged). Their spin kernels come first in the records
         # (cupti_spans skips them).
         try:
             empty = bracket(lambda i: None, CALIBRATION_BRACKETS)
