@@ -148,6 +148,25 @@ fn kg_bench_run(o: &Opts, root: &Path, corpus: &Path, solutions: &str, out: &Pat
     Ok(())
 }
 
+/// The score's error, with the way out when the two runs were timed by different methods: a
+/// workload whose CUPTI spans were refused in one run is timed by events there, and timing
+/// both runs by events makes every pair comparable. The traces stay in `out`.
+fn explain_score_error(e: kg_score::ScoreError, timing: &str, out: &Path) -> anyhow::Error {
+    let mixed = match &e {
+        kg_score::ScoreError::Mismatch { what, .. } => *what == "timing method",
+        kg_score::ScoreError::Baseline { message, .. } => message.starts_with("timing method"),
+        _ => false,
+    };
+    if mixed && timing == "default" {
+        anyhow::anyhow!(
+            "{e}\nthe baseline and candidate traces are in `{}`; to release with one timing method throughout, run again with `--timing events`",
+            out.display()
+        )
+    } else {
+        e.into()
+    }
+}
+
 /// Runs the release pipeline.
 pub fn release(root: &Path, args: &[String]) -> Result<()> {
     let o = parse(args)?;
@@ -227,20 +246,7 @@ pub fn release(root: &Path, args: &[String]) -> Result<()> {
         backend: o.backend.as_str().into(),
         created,
     });
-    let (bundle, report) = match assembled {
-        Err(e @ kg_score::ScoreError::Mismatch { .. })
-        | Err(e @ kg_score::ScoreError::Baseline { .. })
-            if o.timing == "default" && e.to_string().contains("timing method") =>
-        {
-            // A workload whose CUPTI spans were refused in one run is timed by events there;
-            // the traces stay in OUT. Timing both runs by events makes every pair comparable.
-            bail!(
-                "{e}\nthe baseline and candidate traces are in `{}`; to release with one timing method throughout, run again with `--timing events`",
-                out.display()
-            );
-        }
-        r => r?,
-    };
+    let (bundle, report) = assembled.map_err(|e| explain_score_error(e, &o.timing, &out))?;
     println!(
         "release bundle `{}`: SOL score {:.6} over {} problems / {} workloads on {} ({})",
         out.join(kg_score::bundle::BUNDLE_FILE).display(),
@@ -251,4 +257,46 @@ pub fn release(root: &Path, args: &[String]) -> Result<()> {
         bundle.timing_method
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mixed_timing_methods_point_to_events_and_other_errors_pass_through() {
+        let out = Path::new("/tmp/rel");
+        let mixed = || kg_score::ScoreError::Mismatch {
+            what: "timing method",
+            candidate: "device_event_sync".into(),
+            baseline: "cupti".into(),
+            workload: "w1".into(),
+        };
+        let msg = explain_score_error(mixed(), "default", out).to_string();
+        assert!(
+            msg.contains("--timing events") && msg.contains("/tmp/rel"),
+            "{msg}"
+        );
+        assert!(msg.contains("candidate `device_event_sync`"), "{msg}");
+        // Already timed by events: nothing to suggest.
+        let msg = explain_score_error(mixed(), "events", out).to_string();
+        assert!(!msg.contains("--timing events"), "{msg}");
+        let within_baseline = kg_score::ScoreError::Baseline {
+            definition: "d".into(),
+            workload: "w".into(),
+            message:
+                "timing method `device_event_sync` differs from other baseline traces (`cupti`)"
+                    .into(),
+        };
+        let msg = explain_score_error(within_baseline, "default", out).to_string();
+        assert!(msg.contains("--timing events"), "{msg}");
+        let device = kg_score::ScoreError::Mismatch {
+            what: "device",
+            candidate: "a".into(),
+            baseline: "b".into(),
+            workload: "w".into(),
+        };
+        let msg = explain_score_error(device, "default", out).to_string();
+        assert!(!msg.contains("--timing events"), "{msg}");
+    }
 }
