@@ -610,17 +610,12 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
         # callbacks lengthen every launch, record and sync (an overhead measured without them
         # is the likely reason ~9 us of a 2 us kernel's event bracket went unexplained on an
         # H200, making honest spans look forged). Their spin kernels come first in the records
-        # (cupti_spans skips them).
+        # (skipped when the records are parsed, below).
+        host = []
         try:
             empty = bracket(lambda i: None, CALIBRATION_BRACKETS)
-        except BaseException:
-            if recording:
-                _cupti_stop()
-            raise
-        overhead = statistics.median(empty)
-        host = []
-        t2 = time.perf_counter()
-        try:
+            overhead = statistics.median(empty)
+            t2 = time.perf_counter()
             raw = bracket(lambda i: call(arg_sets[i % n]), iterations, post, mark=recording and spin is not None,
                           pre=lambda i: arg_sets[i % n], host=host)
         finally:
@@ -729,7 +724,7 @@ def _is_device_activity(e):
         return False
 
 
-def cupti_spans(events, count, spun, late=None, skip=0, parsed=None):
+def cupti_spans(events, count, spun, late=None, parsed=None):
     """Per timed call, the span of its device activity (kernels, copies, memsets on any stream)
     from CUPTI records: from the first start to the last end, counted from the end of our spin
     kernel when the first start came later than a queued launch would (host work in the call).
@@ -737,12 +732,12 @@ def cupti_spans(events, count, spun, late=None, skip=0, parsed=None):
     Calls are told apart by launch order (correlation ids): each call's activities lie between
     its spin kernel and the one-cycle spin launched right after its end event. Returns
     (spans_ms, None) or (None, why) when the records cannot be split unambiguously. `late`, when
-    a list, gets the number of calls counted from the spin's end. The first `skip` spin kernels
-    are the empty calibration brackets' (one each), recorded before the timed calls. `parsed`:
-    `_activities_and_spins(events, skip)` already computed."""
+    a list, gets the number of calls counted from the spin's end. `parsed`, when given, is
+    `_activities_and_spins(events, skip)` already computed (time_calls skips the empty
+    calibration brackets' spins, recorded before the timed calls)."""
     if not spun:
         return None, "no spin kernel to delimit calls"
-    acts, spins = parsed if parsed is not None else _activities_and_spins(events, skip)
+    acts, spins = parsed if parsed is not None else _activities_and_spins(events)
     if len(spins) != 2 * count:
         return None, f"found {len(spins)} spin kernels in the CUPTI records, {2 * count} expected for {count} timed calls"
     spans = []
@@ -773,12 +768,12 @@ def _activities_and_spins(events, skip=0):
     return acts, [k for k, a in enumerate(acts) if "spin_kernel" in a[3]][skip:]
 
 
-def cupti_call_kernels(events, limit=8, skip=0, parsed=None):
+def cupti_call_kernels(events, limit=8, parsed=None):
     """Distinct names of the device activities inside the timed calls (split as cupti_spans
     splits them), with their counts, most frequent first: which kernels the candidate really
-    ran (a per-process kernel choice shows up here). At most `limit` names; `skip` as in
+    ran (a per-process kernel choice shows up here). At most `limit` names; `parsed` as in
     cupti_spans."""
-    acts, spins = parsed if parsed is not None else _activities_and_spins(events, skip)
+    acts, spins = parsed if parsed is not None else _activities_and_spins(events)
     counts = {}
     for k, stop in zip(spins[0::2], spins[1::2]):
         for a in acts[k + 1: stop]:

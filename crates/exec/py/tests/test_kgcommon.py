@@ -319,12 +319,9 @@ def test_calibration_brackets_recorded_first_are_skipped():
         e, corr, t = call_records(corr, t, kernels)
         ev += e
     late = []
-    spans, why = kg.cupti_spans(ev, 2, True, late, skip=2)
-    assert why is None and spans == pytest.approx([0.005, 0.032]) and late == [1]
-    assert kg.cupti_call_kernels(ev, skip=2) == {"candidate_kernel": 2}
-    # records parsed once and handed to both give the same readings
     parsed = kg._activities_and_spins(ev, 2)
-    assert kg.cupti_spans(ev, 2, True, parsed=parsed) == (spans, None)
+    spans, why = kg.cupti_spans(ev, 2, True, late, parsed=parsed)
+    assert why is None and spans == pytest.approx([0.005, 0.032]) and late == [1]
     assert kg.cupti_call_kernels(ev, parsed=parsed) == {"candidate_kernel": 2}
     # without the skip the calibration spins break the split instead of shortening a call
     spans, why = kg.cupti_spans(ev, 2, True)
