@@ -9,7 +9,8 @@
 # overhead (bundled corpus, one workload a problem, with and without --no-sandbox), diag (matmul
 # with CUPTI, events and --no-sandbox, rmsnorm Triton launches, ncu, clocks and throttling),
 # modes (the matmul in bare processes with its inputs held four ways: matmul_modes.py),
-# repro (criteria (a) and (b) only: 5 CUPTI runs of each benchmark kernel, then ncu).
+# repro (criteria (a) and (b) only: 5 CUPTI runs of each benchmark kernel, then ncu),
+# cupti (criterion (c): the profiler's start/stop/read costs: cupti_stop.py).
 # Every part packs its results into OUTDIR/results.tgz as it ends, so a later timeout loses nothing.
 set -u
 KG=$1; OUT=$2; PART=${3:-core}
@@ -89,6 +90,10 @@ if [ "$PART" = repro ]; then
   for k in matmul_4096_bf16 add_1m; do for i in 1 2 3 4 5; do log "repro $k $i"
     $KG evaluate $B/$k --solution $B/$k/solution.json --device cuda:0 --rounds 2 --iterations 100 -o "$OUT/r/repro-$k-$i.jsonl" > /dev/null 2>>"$OUT/r/repro-err.txt"; done; done
   log ncu; timeout 90 ncu --clock-control none --metrics gpu__time_duration.sum --csv python3 $B/ncu_ops.py > "$OUT/r/ncu.csv" 2> "$OUT/r/ncu-err.txt"
+fi
+if [ "$PART" = cupti ]; then
+  # Criterion (c): what starting, stopping and reading the CUDA activity profiler costs.
+  log cupti-stop; timeout 120 python3 $B/cupti_stop.py > "$OUT/r/cupti-stop.jsonl" 2> "$OUT/r/cupti-stop-err.txt"
 fi
 if [ "$PART" = overhead ]; then
   # Corpus wall time with and without the optional defence (the candidate sandbox), alternated.

@@ -48,6 +48,7 @@ def _guarded():
         "kgcommon._activities_and_spins": kg._activities_and_spins,
         "kgcommon._cupti_start": kg._cupti_start,
         "kgcommon._cupti_stop": kg._cupti_stop,
+        "kgcommon._busy_wait": kg._busy_wait,
         "kgcommon.keystream_xor": kg.keystream_xor,
         "kgcommon.random_input_set": kg.random_input_set,
         "kgcommon.random_tensor": kg.random_tensor,

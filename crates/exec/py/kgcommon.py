@@ -488,7 +488,8 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
     device_event_sync: per iteration an L2 flush, a device-wide sync, a short spin kernel (so the
       start event and the call are queued before the GPU reaches them), a start event, the call,
       a device-wide sync (so work on any stream is finished), an end event. The fixed cost of the
-      bracket (same sequence with no call) is measured the same way and subtracted.
+      bracket (same sequence, the call replaced by host busy time as long as the calls' median
+      host time, capped below the spin) is measured the same way and subtracted.
     cuda_graph: the call captured once in a CUDA graph (several unrolled launches), replayed;
       per-launch time. No L2 flush: for launch-bound kernels only.
     Returns (times_ms list, notes dict).
@@ -606,31 +607,36 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
                 notes["cupti_fallback"] = why
             recording = why is None
         t1 = time.perf_counter()
-        # The empty brackets are measured under the same recording as the timed calls: CUPTI's
-        # callbacks lengthen every launch, record and sync (an overhead measured without them
-        # is the likely reason ~9 us of a 2 us kernel's event bracket went unexplained on an
-        # H200, making honest spans look forged). Their spin kernels come first in the records
-        # (skipped when the records are parsed, below).
+        # The bracket's own cost (subtracted from the event times) is measured after the timed
+        # calls, under the same recording (CUPTI's callbacks lengthen every launch, record and
+        # sync), by brackets whose "call" keeps the host busy as long as the timed calls' median
+        # host time (never longer than most of the spin): the host then enters the closing sync
+        # at the same point of the spin. An empty bracket waits the whole spin there instead,
+        # and on an H200 read 15-37 us by process against 16-30 us for timed calls of a 1 us
+        # kernel, so honest spans looked forged. Their spins come last in the records (left
+        # out when the records are split, below).
         host = []
         try:
-            empty = bracket(lambda i: None, CALIBRATION_BRACKETS)
-            overhead = statistics.median(empty)
             t2 = time.perf_counter()
             raw = bracket(lambda i: call(arg_sets[i % n]), iterations, post, mark=recording and spin is not None,
                           pre=lambda i: arg_sets[i % n], host=host)
-        finally:
             t3 = time.perf_counter()
+            busy_s = min(statistics.median(host), CALIBRATION_SPIN_SHARE * spin_us / 1e3) / 1e3
+            empty = bracket(lambda i: _busy_wait(busy_s), CALIBRATION_BRACKETS)
+            overhead = statistics.median(empty)
+        finally:
+            t4 = time.perf_counter()
             events = _cupti_stop() if recording else None
         notes["bracket_overhead_ms"] = overhead
         notes["raw_median_ms"] = statistics.median(raw)
         # Host time per call against the spin that should hide it: when the host takes longer,
         # the CUPTI span counts the wait (bimodal small-kernel timings).
         notes["host_call_ms"] = {"median": statistics.median(host), "max": max(host)}
-        t4 = time.perf_counter()
+        t5 = time.perf_counter()
         if events is not None:
             late = []
             # One pass over the records for both readings (thousands of records a workload).
-            parsed = _activities_and_spins(events, CALIBRATION_BRACKETS)
+            parsed = _activities_and_spins(events, trailing=CALIBRATION_BRACKETS)
             spans, why = cupti_spans(events, len(raw), spin is not None, late, parsed=parsed)
             if spans is None:
                 notes["cupti_fallback"] = why
@@ -641,9 +647,9 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
                 # longer than the spin to launch it, and the wait counts in the span.
                 notes["late_first_start_calls"] = late[0] if late else 0
         med = lambda v: round(statistics.median(v), 4) if v else None  # noqa: E731
-        notes["bracket_ms"] = {"cupti_start": round((t1 - t0) * 1e3, 3), "calibration": round((t2 - t1) * 1e3, 3),
-                               "calls": round((t3 - t2) * 1e3, 3), "cupti_stop": round((t4 - t3) * 1e3, 3),
-                               "cupti_parse": round((time.perf_counter() - t4) * 1e3, 3),
+        notes["bracket_ms"] = {"cupti_start": round((t1 - t0) * 1e3, 3), "calls": round((t3 - t2) * 1e3, 3),
+                               "calibration": round((t4 - t3) * 1e3, 3), "cupti_stop": round((t5 - t4) * 1e3, 3),
+                               "cupti_parse": round((time.perf_counter() - t5) * 1e3, 3),
                                "pre_median": med(cost["pre"]), "post_median": med(cost["post"])}
         del flush
         return [max(t - overhead, 0.0) for t in raw], notes
@@ -655,8 +661,17 @@ SPIN_US_DEFAULT = 150.0  # engine.rs SPIN_MIN_US
 # torch.cuda._sleep counts clock cycles; ~2 GHz on the GPUs we target (an H200 runs at 1980 MHz).
 SPIN_CYCLES_PER_US = 2_000
 
-# Empty brackets measured to subtract the bracket's own cost from event times.
+# Brackets measured to subtract the bracket's own cost from event times (time_calls).
 CALIBRATION_BRACKETS = 20
+# Their host busy time is the timed calls' median host time, at most this share of the spin.
+CALIBRATION_SPIN_SHARE = 0.8
+
+
+def _busy_wait(seconds):
+    """Keeps the host busy (not asleep: a sleeping thread wakes late) for `seconds`."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
 
 # A kernel that starts within this long after the spin kernel ends was queued behind it; a
 # later first start means host work inside the call kept the GPU idle, and that time counts.
@@ -733,8 +748,8 @@ def cupti_spans(events, count, spun, late=None, parsed=None):
     its spin kernel and the one-cycle spin launched right after its end event. Returns
     (spans_ms, None) or (None, why) when the records cannot be split unambiguously. `late`, when
     a list, gets the number of calls counted from the spin's end. `parsed`, when given, is
-    `_activities_and_spins(events, skip)` already computed (time_calls skips the empty
-    calibration brackets' spins, recorded before the timed calls)."""
+    `_activities_and_spins(events, trailing)` already computed (time_calls leaves out the
+    calibration brackets' spins, recorded after the timed calls)."""
     if not spun:
         return None, "no spin kernel to delimit calls"
     acts, spins = parsed if parsed is not None else _activities_and_spins(events)
@@ -759,13 +774,15 @@ def cupti_spans(events, count, spun, late=None, parsed=None):
     return spans, None
 
 
-def _activities_and_spins(events, skip=0):
+def _activities_and_spins(events, trailing=0):
     """Device activities as (correlation id, start ns, end ns, name) in launch order, and the
-    positions of our spin kernels among them after the first `skip`: each timed call lies
-    between spins 2j and 2j+1."""
+    positions of our spin kernels among them but the last `trailing` (the calibration
+    brackets' spins, recorded after the timed calls): each timed call lies between spins 2j
+    and 2j+1."""
     acts = sorted((int(e.correlation_id()), int(e.start_ns()), int(e.end_ns()), e.name())
                   for e in events if _is_device_activity(e))
-    return acts, [k for k, a in enumerate(acts) if "spin_kernel" in a[3]][skip:]
+    spins = [k for k, a in enumerate(acts) if "spin_kernel" in a[3]]
+    return acts, spins[:max(len(spins) - trailing, 0)]
 
 
 def cupti_call_kernels(events, limit=8, parsed=None):

@@ -307,22 +307,26 @@ def test_digest_of_a_large_tensor_samples_it_and_still_tells_generators_apart():
     assert kg.digest([s, 3]) != kg.digest([s, 4])
 
 
-def test_calibration_brackets_recorded_first_are_skipped():
-    # two empty brackets (flush + spin, no closing spin) before the timed calls, as time_calls
-    # records them since the calibration runs under CUPTI too
+def test_calibration_brackets_recorded_last_are_left_out():
+    # two timed calls, then two calibration brackets (flush + spin, no closing spin), as
+    # time_calls records them: the calibration runs after the calls, under CUPTI too
     ev, corr, t = [], 1, 1_000_000
+    for kernels in ([(1_000, 5_000)], [(30_000, 2_000)]):
+        e, corr, t = call_records(corr, t, kernels)
+        ev += e
     for _ in range(2):
         ev.append(Ev(corr, t, t + 80_000, "vectorized_elementwise_kernel<FillFunctor>"))
         ev.append(Ev(corr + 1, t + 90_000, t + 140_000, "spin_kernel"))
         corr, t = corr + 2, t + 200_000
-    for kernels in ([(1_000, 5_000)], [(30_000, 2_000)]):
-        e, corr, t = call_records(corr, t, kernels)
-        ev += e
     late = []
-    parsed = kg._activities_and_spins(ev, 2)
+    parsed = kg._activities_and_spins(ev, trailing=2)
     spans, why = kg.cupti_spans(ev, 2, True, late, parsed=parsed)
     assert why is None and spans == pytest.approx([0.005, 0.032]) and late == [1]
     assert kg.cupti_call_kernels(ev, parsed=parsed) == {"candidate_kernel": 2}
-    # without the skip the calibration spins break the split instead of shortening a call
+    # left in, the calibration spins break the split instead of lengthening a call
     spans, why = kg.cupti_spans(ev, 2, True)
     assert spans is None and "6 spin kernels" in why
+    # a candidate that adds a spin of its own is still caught by the count
+    extra = ev + [Ev(corr, t, t + 10, "spin_kernel")]
+    spans, why = kg.cupti_spans(extra, 2, True, parsed=kg._activities_and_spins(extra, trailing=2))
+    assert spans is None and "5 spin kernels" in why

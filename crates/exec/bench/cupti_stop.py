@@ -1,0 +1,69 @@
+"""Where the CUDA activity profiler's per-workload cost goes (issue 4, criterion (c)).
+
+Run on a GPU: python3 crates/exec/bench/cupti_stop.py > cupti_stop.jsonl
+For each profiler configuration and record count, starts Kineto's CUPTI recording through the
+same low-level bindings kgcommon uses, queues `calls` brackets shaped like the harness's
+(flush, spin, a small kernel, one-cycle spin), stops it, and times each step on the host:
+prepare, enable, the brackets, disable (flush + Kineto's processing), and turning the result
+into a Python list. One JSON line per measurement.
+"""
+import json
+import time
+
+import torch
+from torch._C._autograd import _disable_profiler, _enable_profiler, _prepare_profiler
+from torch._C._profiler import ProfilerActivity, ProfilerConfig, ProfilerState, _ExperimentalConfig
+
+ACTS = {ProfilerActivity.CUDA}
+CONFIGS = {
+    "default": {},
+    "no_external_correlation": {"disable_external_correlation": True},
+}
+
+
+def config(extra):
+    return ProfilerConfig(ProfilerState.KINETO, False, False, False, False, False, _ExperimentalConfig(**extra))
+
+
+def once(extra, calls, x, flush):
+    cfg = config(extra)
+    t0 = time.perf_counter()
+    _prepare_profiler(cfg, ACTS)  # enabling without it segfaults (torch 2.11, H200)
+    t1 = time.perf_counter()
+    _enable_profiler(cfg, ACTS)
+    t2 = time.perf_counter()
+    for _ in range(calls):
+        flush.zero_()
+        torch.cuda.synchronize()
+        torch.cuda._sleep(2000)
+        x.add_(1)
+        torch.cuda.synchronize()
+        torch.cuda._sleep(1)
+    torch.cuda.synchronize()
+    t3 = time.perf_counter()
+    res = _disable_profiler()
+    t4 = time.perf_counter()
+    ev = list(res.events())
+    t5 = time.perf_counter()
+    dev_acts = [e for e in ev if str(e.device_type()).endswith("CUDA")]
+    t6 = time.perf_counter()
+    ms = lambda a, b: round((b - a) * 1e3, 3)  # noqa: E731
+    return {"prepare_ms": ms(t0, t1), "enable_ms": ms(t1, t2), "calls_ms": ms(t2, t3),
+            "disable_ms": ms(t3, t4), "events_ms": ms(t4, t5), "filter_ms": ms(t5, t6), "events": len(ev), "device_events": len(dev_acts)}
+
+
+def main():
+    dev = torch.device("cuda:0")
+    x = torch.zeros(1 << 20, device=dev)
+    flush = torch.empty(256 << 20 >> 2, dtype=torch.int32, device=dev)
+    once({}, 1, x, flush)  # one-time CUPTI start-up, as kgcommon.cupti_warmup
+    for name, extra in CONFIGS.items():
+        for calls in (0, 70, 300):
+            for rep in range(4):
+                r = once(extra, calls, x, flush)
+                r.update(config=name, calls=calls, rep=rep)
+                print(json.dumps(r), flush=True)
+
+
+if __name__ == "__main__":
+    main()
