@@ -295,11 +295,18 @@ fn choose_times(
     }
     let median = |v: &[f64]| integrity::spread_from_times(v).map(|s| s.median_ms);
     let resolved = |spans: f64, events: f64| spans >= CUPTI_MIN_RATIO * events - CUPTI_SLACK_MS;
+    // The spans are checked against the stream-event times where the worker measured them (an
+    // end event recorded as the call returns, no closing sync), else against the brackets.
+    let stream = |v: &Value| {
+        v.get("notes")
+            .and_then(|n| n.get("stream_event_median_ms"))
+            .and_then(Value::as_f64)
+    };
     let (Some(mc), Some(me), Some(mr), Some(mre)) = (
         median(&c),
-        median(&cand_events),
+        stream(cand).or_else(|| median(&cand_events)),
         median(&r),
-        median(&ref_events),
+        stream(reference).or_else(|| median(&ref_events)),
     ) else {
         return fallback("no valid CUPTI samples".into());
     };
@@ -317,7 +324,7 @@ fn choose_times(
         return (TimingMethod::Cupti, c, r, Some(note));
     }
     fallback(format!(
-        "the candidate's CUPTI median {mc:.4} ms is far below its event-bracket median {me:.4} ms"
+        "the candidate's CUPTI median {mc:.4} ms is far below its event median {me:.4} ms"
     ))
 }
 
@@ -1924,6 +1931,44 @@ mod tests {
         let resolved_ref = reply(Some(&[0.0100, 0.0101, 0.0099]), None);
         let (m, ..) = choose_times(TimingMethod::Cupti, &honest, &resolved_ref, ce.clone(), re);
         assert_eq!(m, TimingMethod::DeviceEventSync);
+    }
+
+    #[test]
+    fn spans_are_checked_against_stream_events_where_measured() {
+        // H200, session 7: a 2.1 us embedding gather whose bracket times read 12.8 us (the
+        // closing sync's wake-up) while its stream events read about its span.
+        let with_stream = |spans: &[f64], stream_ms: f64| {
+            let mut v = reply(Some(spans), None);
+            v["notes"]["stream_event_median_ms"] = json!(stream_ms);
+            v
+        };
+        let ce = vec![0.0128, 0.0127, 0.0129];
+        let re = vec![0.0061, 0.0060, 0.0062];
+        let reference = with_stream(&[0.0021, 0.0022, 0.0021], 0.0024);
+        let honest = with_stream(&[0.0021, 0.0021, 0.0022], 0.0025);
+        let (m, ct, ..) = choose_times(
+            TimingMethod::Cupti,
+            &honest,
+            &reference,
+            ce.clone(),
+            re.clone(),
+        );
+        assert_eq!(m, TimingMethod::Cupti);
+        assert_eq!(ct, vec![0.0021, 0.0021, 0.0022]);
+        // Without the stream events the same spans are refused, as on the H200.
+        let (m, ..) = choose_times(
+            TimingMethod::Cupti,
+            &reply(Some(&[0.0021, 0.0021, 0.0022]), None),
+            &reply(Some(&[0.0021, 0.0022, 0.0021]), None),
+            ce.clone(),
+            re.clone(),
+        );
+        assert_eq!(m, TimingMethod::DeviceEventSync);
+        // Spans forged to a tenth of a 40 us call the stream events see are refused.
+        let forged = with_stream(&[0.004, 0.004, 0.004], 0.040);
+        let (m, _, _, note) = choose_times(TimingMethod::Cupti, &forged, &reference, ce, re);
+        assert_eq!(m, TimingMethod::DeviceEventSync);
+        assert!(note.is_some_and(|n| n.contains("far below")));
     }
 
     #[test]
