@@ -13,8 +13,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import kgcommon as kg  # noqa: E402
 
 
+CUDA = torch._C._autograd.DeviceType.CUDA
+
+
 class Ev:
-    def __init__(self, corr, start, end, name, device="DeviceType.CUDA", annotation=False):
+    def __init__(self, corr, start, end, name, device=CUDA, annotation=False):
         self.c, self.s, self.e, self.n, self.d, self.a = corr, start, end, name, device, annotation
 
     def correlation_id(self):
@@ -89,7 +92,7 @@ def test_host_work_that_delays_the_first_kernel_is_counted_from_the_spin_end():
 
 def test_host_and_annotation_records_are_ignored():
     ev = records([[(1_000, 5_000)]])
-    ev.append(Ev(3, 0, 10**9, "aten::add", device="DeviceType.CPU"))
+    ev.append(Ev(3, 0, 10**9, "aten::add", device=torch._C._autograd.DeviceType.CPU))
     ev.append(Ev(3, 0, 10**9, "kg_user_range", annotation=True))
     spans, _ = kg.cupti_spans(ev, 1, True)
     assert spans == pytest.approx([0.005])
@@ -330,3 +333,20 @@ def test_calibration_brackets_recorded_last_are_left_out():
     extra = ev + [Ev(corr, t, t + 10, "spin_kernel")]
     spans, why = kg.cupti_spans(extra, 2, True, parsed=kg._activities_and_spins(extra, trailing=2))
     assert spans is None and "5 spin kernels" in why
+
+
+def test_real_kineto_records_carry_the_device_type_enum_the_filter_compares():
+    # CPU records from a real Kineto session (no GPU here): their device_type() is the enum
+    # _is_device_activity compares against, so a CUDA record's would be too.
+    from torch._C._autograd import DeviceType, _disable_profiler, _enable_profiler, _prepare_profiler
+    from torch._C._profiler import ProfilerActivity, ProfilerConfig, ProfilerState, _ExperimentalConfig
+
+    cfg = ProfilerConfig(ProfilerState.KINETO, False, False, False, False, False, _ExperimentalConfig())
+    _prepare_profiler(cfg, {ProfilerActivity.CPU})
+    _enable_profiler(cfg, {ProfilerActivity.CPU})
+    torch.zeros(4).add_(1)
+    ev = list(_disable_profiler().events())
+    assert ev and all(e.device_type() == DeviceType.CPU for e in ev)
+    assert not any(kg._is_device_activity(e) for e in ev)
+    assert kg._is_device_activity(Ev(1, 0, 1, "k", device=DeviceType.CUDA))
+    assert not kg._is_device_activity(Ev(1, 0, 1, "k", device=DeviceType.CUDA, annotation=True))
