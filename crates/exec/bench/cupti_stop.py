@@ -52,7 +52,8 @@ def once(extra, calls, x, flush):
     assert len(enum_acts) == len(dev_acts)
     ms = lambda a, b: round((b - a) * 1e3, 3)  # noqa: E731
     return {"prepare_ms": ms(t0, t1), "enable_ms": ms(t1, t2), "calls_ms": ms(t2, t3),
-            "disable_ms": ms(t3, t4), "events_ms": ms(t4, t5), "filter_ms": ms(t5, t6), "filter_enum_ms": ms(t6, t7), "events": len(ev), "device_events": len(dev_acts)}
+            "disable_ms": ms(t3, t4), "events_ms": ms(t4, t5), "filter_ms": ms(t5, t6),
+            "filter_enum_ms": ms(t6, t7), "events": len(ev), "device_events": len(dev_acts)}
 
 
 def main():

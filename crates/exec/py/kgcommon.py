@@ -615,11 +615,11 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
         # The bracket's own cost (subtracted from the event times) is measured after the timed
         # calls, under the same recording (CUPTI's callbacks lengthen every launch, record and
         # sync), by brackets whose "call" keeps the host busy as long as the timed calls' median
-        # host time (never longer than most of the spin): the host then enters the closing sync
-        # at the same point of the spin. An empty bracket waits the whole spin there instead,
-        # and on an H200 read 15-37 us by process against 16-30 us for timed calls of a 1 us
-        # kernel, so honest spans looked forged. Their spins come last in the records (left
-        # out when the records are split, below).
+        # host time (never longer than most of the spin), so the host reaches the closing sync
+        # at the same point of the spin as in a timed call. (On an H200 this did not remove the
+        # 5-50 us by which the brackets of us kernels exceed their spans: that lies in the
+        # closing sync, hence the stream events below.) Their spins come last in the records
+        # (left out when the records are split, below).
         host = []
         try:
             t2 = time.perf_counter()
@@ -682,6 +682,7 @@ def _busy_wait(seconds):
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         pass
+
 
 # A kernel that starts within this long after the spin kernel ends was queued behind it; a
 # later first start means host work inside the call kept the GPU idle, and that time counts.
