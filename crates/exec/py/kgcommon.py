@@ -622,7 +622,6 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
         # (left out when the records are split, below).
         host = []
         try:
-            t2 = time.perf_counter()
             raw, raw_stream = bracket(lambda i: call(arg_sets[i % n]), iterations, post,
                                       mark=recording and spin is not None, pre=lambda i: arg_sets[i % n], host=host)
             t3 = time.perf_counter()
@@ -657,7 +656,7 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
                 # longer than the spin to launch it, and the wait counts in the span.
                 notes["late_first_start_calls"] = late[0] if late else 0
         med = lambda v: round(statistics.median(v), 4) if v else None  # noqa: E731
-        notes["bracket_ms"] = {"cupti_start": round((t1 - t0) * 1e3, 3), "calls": round((t3 - t2) * 1e3, 3),
+        notes["bracket_ms"] = {"cupti_start": round((t1 - t0) * 1e3, 3), "calls": round((t3 - t1) * 1e3, 3),
                                "calibration": round((t4 - t3) * 1e3, 3), "cupti_stop": round((t5 - t4) * 1e3, 3),
                                "cupti_parse": round((time.perf_counter() - t5) * 1e3, 3),
                                "pre_median": med(cost["pre"]), "post_median": med(cost["post"])}

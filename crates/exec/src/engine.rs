@@ -250,7 +250,8 @@ pub fn check_languages(sol: &Solution) -> Result<(), ExecError> {
 /// Picks the samples both sides are judged on: CUPTI device spans when `method` is CUPTI and
 /// both workers delivered one per timed call, else the event times (the method then recorded
 /// is `device_event_sync`, with the reason). A candidate's CUPTI spans are its own report, so
-/// spans far shorter than its event brackets (which the parent's dual clock bounds) are refused.
+/// spans far shorter than its events (stream events where measured, else brackets; the
+/// parent's dual clock bounds the brackets) are refused.
 fn choose_times(
     method: TimingMethod,
     cand: &Value,
@@ -313,13 +314,13 @@ fn choose_times(
     if resolved(mc, me) {
         return (TimingMethod::Cupti, c, r, None);
     }
-    // The event brackets cannot check spans of a kernel far shorter than their own unexplained
-    // time. When the trusted reference's spans sit as far below its events, that is the
-    // workload, not a forgery: the candidate's spans are believed if they claim no more speed
-    // over the reference than its event brackets show.
+    // The events cannot check spans of a kernel far shorter than their own unexplained time.
+    // When the trusted reference's spans sit as far below its events, that is the workload, not
+    // a forgery: the candidate's spans are believed if they claim no more speed over the
+    // reference than its events show.
     if !resolved(mr, mre) && mc > 0.0 && me > 0.0 && mr / mc <= CUPTI_SPEEDUP_SLACK * (mre / me) {
         let note = format!(
-            "CUPTI spans checked against the reference's: event brackets ({me:.4} ms candidate, {mre:.4} ms reference) cannot resolve kernels of {mc:.4} / {mr:.4} ms, and the spans claim no more speed-up than the brackets show"
+            "CUPTI spans checked against the reference's: events ({me:.4} ms candidate, {mre:.4} ms reference) cannot resolve kernels of {mc:.4} / {mr:.4} ms, and the spans claim no more speed-up than the events show"
         );
         return (TimingMethod::Cupti, c, r, Some(note));
     }
