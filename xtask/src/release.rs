@@ -152,12 +152,7 @@ fn kg_bench_run(o: &Opts, root: &Path, corpus: &Path, solutions: &str, out: &Pat
 /// workload whose CUPTI spans were refused in one run is timed by events there, and timing
 /// both runs by events makes every pair comparable. The traces stay in `out`.
 fn explain_score_error(e: kg_score::ScoreError, timing: &str, out: &Path) -> anyhow::Error {
-    let mixed = match &e {
-        kg_score::ScoreError::Mismatch { what, .. } => *what == "timing method",
-        kg_score::ScoreError::Baseline { message, .. } => message.starts_with("timing method"),
-        _ => false,
-    };
-    if mixed && timing == "default" {
+    if e.is_timing_method_mismatch() && timing == "default" {
         anyhow::anyhow!(
             "{e}\nthe baseline and candidate traces are in `{}`; to release with one timing method throughout, run again with `--timing events`",
             out.display()
@@ -281,12 +276,12 @@ mod tests {
         // Already timed by events: nothing to suggest.
         let msg = explain_score_error(mixed(), "events", out).to_string();
         assert!(!msg.contains("--timing events"), "{msg}");
-        let within_baseline = kg_score::ScoreError::Baseline {
+        let within_baseline = kg_score::ScoreError::BaselineMixed {
             definition: "d".into(),
             workload: "w".into(),
-            message:
-                "timing method `device_event_sync` differs from other baseline traces (`cupti`)"
-                    .into(),
+            what: "timing method",
+            value: "device_event_sync".into(),
+            first: "cupti".into(),
         };
         let msg = explain_score_error(within_baseline, "default", out).to_string();
         assert!(msg.contains("--timing events"), "{msg}");

@@ -121,6 +121,23 @@ pub enum ScoreError {
         /// Workload where it was seen.
         workload: String,
     },
+    /// A baseline trace measured on another device or by another timing method than the
+    /// first baseline trace.
+    #[error(
+        "baseline for workload `{workload}` of `{definition}`: {what} `{value}` differs from other baseline traces (`{first}`)"
+    )]
+    BaselineMixed {
+        /// Definition.
+        definition: String,
+        /// Workload.
+        workload: String,
+        /// `device` or `timing method`.
+        what: &'static str,
+        /// This trace's value.
+        value: String,
+        /// The first baseline trace's value.
+        first: String,
+    },
     /// A baseline workload cannot serve as T_b.
     #[error("baseline for workload `{workload}` of `{definition}`: {message}")]
     Baseline {
@@ -152,6 +169,23 @@ pub enum ScoreError {
         /// What is wrong.
         message: String,
     },
+}
+
+impl ScoreError {
+    /// Whether two traces that must share a timing method did not (between candidate and
+    /// baseline, or within the baseline).
+    pub fn is_timing_method_mismatch(&self) -> bool {
+        matches!(
+            self,
+            ScoreError::Mismatch {
+                what: "timing method",
+                ..
+            } | ScoreError::BaselineMixed {
+                what: "timing method",
+                ..
+            }
+        )
+    }
 }
 
 /// Why a workload scored what it did.
@@ -294,9 +328,13 @@ pub fn compute(
             ("timing method", method_key(b), &method),
         ] {
             if &mine != first {
-                return Err(bl(format!(
-                    "{what} `{mine}` differs from other baseline traces (`{first}`)"
-                )));
+                return Err(ScoreError::BaselineMixed {
+                    definition: key.0.clone(),
+                    workload: key.1.clone(),
+                    what,
+                    value: mine,
+                    first: first.clone(),
+                });
             }
         }
         let t_sol = *sol.get(&key).ok_or_else(|| ScoreError::MissingSol {

@@ -127,10 +127,34 @@ fn device_or_method_mismatch_is_an_error_naming_both() {
         .to_string();
     assert!(err.contains("MI300X") && err.contains("H200"), "{err}");
     let cand = [trace("p", "a", "PASSED", 2.0, "NVIDIA H200", "cuda_graph")];
-    let err = compute(&cand, &[ok("p", "a", 3.0)], &s)
-        .unwrap_err()
-        .to_string();
+    let err = compute(&cand, &[ok("p", "a", 3.0)], &s).unwrap_err();
+    assert!(err.is_timing_method_mismatch(), "{err}");
+    let err = err.to_string();
     assert!(err.contains("cuda_graph") && err.contains("cupti"), "{err}");
+    // Within the baseline too: a workload timed another way than the first one.
+    let s = sol(&[("p", "a", 1.0), ("p", "b", 1.0)]);
+    let base = [
+        ok("p", "a", 3.0),
+        trace("p", "b", "PASSED", 3.0, "NVIDIA H200", "device_event_sync"),
+    ];
+    let err = compute(&[ok("p", "a", 2.0), ok("p", "b", 2.0)], &base, &s).unwrap_err();
+    assert!(err.is_timing_method_mismatch(), "{err}");
+    let err = err.to_string();
+    assert!(
+        err.contains("baseline for workload `b`") && err.contains("differs from other baseline"),
+        "{err}"
+    );
+    // A device mismatch is not a timing-method one.
+    let cand = [trace(
+        "p",
+        "a",
+        "PASSED",
+        2.0,
+        "AMD Instinct MI300X",
+        "cupti",
+    )];
+    let err = compute(&cand, &[ok("p", "a", 3.0)], &sol(&[("p", "a", 1.0)])).unwrap_err();
+    assert!(!err.is_timing_method_mismatch(), "{err}");
 }
 
 #[test]
