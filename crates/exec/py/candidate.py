@@ -303,12 +303,6 @@ def _clean_outputs(outs):
     return clean
 
 
-def _save_outputs(outs, path):
-    import torch
-
-    torch.save(_clean_outputs(outs), path)
-
-
 def _sync():
     import torch
 
@@ -316,7 +310,8 @@ def _sync():
         torch.cuda.synchronize()
 
 
-def op_run(req):
+def _run_round(req):
+    """One correctness round: (reply, outputs moved to the host) or (error reply, None)."""
     import time
 
     ms = {}
@@ -334,22 +329,47 @@ def op_run(req):
         _sync()
     except BaseException as e:
         kg.flush_stdio()
-        return kg.error_reply("runtime", f"the solution raised: {type(e).__name__}: {e}", traceback.format_exc())
+        return kg.error_reply("runtime", f"the solution raised: {type(e).__name__}: {e}", traceback.format_exc()), None
     t2 = time.perf_counter()
     ms["call"] = (t2 - t1) * 1e3
     hack = _reward_hack(res, inputs)
-    _save_outputs(res, req["out"])
+    clean = _clean_outputs(res)
     kg.flush_stdio()
     t3 = time.perf_counter()
     ms["save"] = (t3 - t2) * 1e3
     if hack:
-        return {"result": "ok", "reward_hack": hack}
+        return {"result": "ok", "reward_hack": hack}, None
     # Where a round's time goes (diagnostic only: the parent logs it, never decides on it).
     reply = {"result": "ok", "ms": ms}
     if req.get("digest"):
         reply["digest"] = kg.digest(drawn)
         ms["digest"] = (time.perf_counter() - t3) * 1e3
-    return reply
+    return reply, clean
+
+
+def op_run_rounds(req):
+    """Runs several correctness rounds (`runs`: one request each, in order) and writes every
+    round's outputs, as one list, to the file `out`. `replies` holds one reply per round; a
+    round that raised ends the request with its error, one flagged as a reward hack ends it
+    with nothing written."""
+    import time
+
+    import torch
+
+    replies = []
+    outs = []
+    for run in req["runs"]:
+        reply, clean = _run_round(run)
+        if reply.get("result") != "ok":
+            reply["message"] = f"round {run.get('round')}: {reply.get('message', '')}"
+            return reply
+        replies.append(reply)
+        if clean is None:
+            return {"result": "ok", "replies": replies}
+        outs.append(clean)
+    t0 = time.perf_counter()
+    torch.save(outs, req["out"])
+    return {"result": "ok", "replies": replies, "ms": {"save": (time.perf_counter() - t0) * 1e3}}
 
 
 def _load_sets(path):
@@ -507,6 +527,6 @@ if __name__ == "__main__":
 
     faulthandler.enable()
     kg.serve({
-        "hello": op_hello, "load": op_load, "run": op_run,
+        "hello": op_hello, "load": op_load, "run_rounds": op_run_rounds,
         "time_load": op_time_load, "time": op_time, "time_save": op_time_save,
     })

@@ -3,6 +3,7 @@
 Generates inputs from workloads with a secret per-run seed, runs the reference, keeps its
 outputs in memory, compares candidate outputs and decides statuses. It never imports a
 candidate's code: candidate outputs arrive as files loaded with `torch.load(weights_only=True)`.
+Correctness rounds come in batches (`prepare_rounds`, `check_rounds`).
 """
 
 import hashlib
@@ -44,6 +45,7 @@ STATE = {
     "definition": None,
     "module": None,
     "ref_out": {},
+    "ref_rounds": {},
 }
 
 
@@ -76,6 +78,7 @@ def op_setup(req):
     d = req["definition"]
     STATE["definition"] = d
     STATE["ref_out"] = {}
+    STATE["ref_rounds"] = {}
     work = req["work_dir"]
     path = os.path.join(work, "kg_reference_%s.py" % hashlib.sha256(d["reference"].encode()).hexdigest()[:12])
     with open(path, "w") as f:
@@ -349,17 +352,48 @@ def compare(outs, tol, ref=None):
     return res
 
 
-def op_check(req):
-    if STATE["ref_out"].get("round") != int(req["round"]):
-        return kg.error_reply("protocol", f"no reference outputs kept for round {req['round']}")
+def op_prepare_rounds(req):
+    """Prepares several correctness rounds in one request (`rounds`: one `prepare` request each),
+    so a workload's rounds cost a few parent round trips, not three per round. `replies` holds
+    one reply per round, in order, ending at the first that failed; every prepared round's
+    reference outputs are kept for `check_rounds`, the last round's inputs for timing."""
+    kept = {}
+    replies = []
+    for r in req["rounds"]:
+        rep = op_prepare(r)
+        replies.append(rep)
+        if rep.get("result") != "ok":
+            break
+        kept[int(r["round"])] = STATE["ref_out"]["outputs"]
+    STATE["ref_rounds"] = kept
+    return {"result": "ok", "replies": replies}
+
+
+def op_check_rounds(req):
+    """Compares the candidate's outputs of several rounds (one file: a list of each round's
+    outputs, in the order of `rounds`) against the kept reference outputs. `results` holds one
+    check result per round, ending at the first that did not pass."""
+    rounds = [int(r) for r in req["rounds"]]
+    kept = STATE.get("ref_rounds") or {}
+    missing = [r for r in rounds if r not in kept]
+    if missing:
+        return kg.error_reply("protocol", f"no reference outputs kept for round(s) {missing}")
     t0 = time.perf_counter()
     try:
-        outs = torch.load(req["path"], map_location="cpu", weights_only=True)
+        got = torch.load(req["path"], map_location="cpu", weights_only=True)
     except Exception as e:
-        return {"result": "ok", "status": "RUNTIME_ERROR", "message": f"candidate outputs unreadable: {type(e).__name__}: {e}"}
+        return {"result": "ok", "results": [{"status": "RUNTIME_ERROR", "message": f"candidate outputs unreadable: {type(e).__name__}: {e}"}]}
+    if not isinstance(got, list) or len(got) != len(rounds):
+        n = len(got) if isinstance(got, list) else "no list of"
+        return {"result": "ok", "results": [{"status": "RUNTIME_ERROR", "message": f"the candidate handed over {n} round output(s), {len(rounds)} expected"}]}
     t1 = time.perf_counter()
-    res = compare(outs, req["tolerance"])
-    return {"result": "ok", **res, "ms": {"load": (t1 - t0) * 1e3, "compare": (time.perf_counter() - t1) * 1e3}}
+    results = []
+    for r, outs in zip(rounds, got):
+        res = compare(outs, req["tolerance"], kept[r])
+        results.append(res)
+        if res["status"] != "PASSED":
+            break
+    return {"result": "ok", "results": results, "ms": {"load": (t1 - t0) * 1e3, "compare": (time.perf_counter() - t1) * 1e3}}
 
 
 # Reference calls whose host time (until `run` returns, no sync) the judge measures before
@@ -615,7 +649,8 @@ if __name__ == "__main__":
         "hello": op_hello,
         "setup": op_setup,
         "prepare": op_prepare,
-        "check": op_check,
+        "prepare_rounds": op_prepare_rounds,
+        "check_rounds": op_check_rounds,
         "time_reference": op_time_reference,
         "prepare_timed": op_prepare_timed,
         "sample_timed": op_sample_timed,

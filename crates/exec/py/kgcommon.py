@@ -671,7 +671,7 @@ SPIN_US_DEFAULT = 150.0  # engine.rs SPIN_MIN_US
 SPIN_CYCLES_PER_US = 2_000
 
 # Brackets measured to subtract the bracket's own cost from event times (time_calls).
-CALIBRATION_BRACKETS = 20
+CALIBRATION_BRACKETS = 10
 # Their host busy time is the timed calls' median host time, at most this share of the spin.
 CALIBRATION_SPIN_SHARE = 0.8
 

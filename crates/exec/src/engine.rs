@@ -433,6 +433,42 @@ impl Outcome {
     }
 }
 
+/// The per-round replies (or results) a batch request's reply carries under `key`.
+fn replies_of(v: &Value, key: &str) -> Vec<Value> {
+    v.get(key)
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Bytes of one correctness round's inputs and outputs held at once while a batch of rounds is
+/// checked (the judge keeps the reference outputs, the candidate hands over its outputs).
+const ROUND_BATCH_BYTES: u64 = 256 << 20;
+
+/// How many correctness rounds go in one batch: as many as fit [`ROUND_BATCH_BYTES`], at least one.
+fn rounds_per_batch(problem: &Problem, w: &LoadedWorkload) -> u32 {
+    let tensor_bytes = |specs: &IndexMap<String, kg_contract::definition::TensorSpec>,
+                        shapes: &kg_contract::shape::Shapes| {
+        specs
+            .iter()
+            .map(|(name, spec)| {
+                let numel = shapes
+                    .get(name)
+                    .cloned()
+                    .flatten()
+                    .map_or(1, |s| s.iter().map(|&d| d.max(0) as u64).product::<u64>());
+                spec.dtype.bytes_for(numel)
+            })
+            .sum::<u64>()
+    };
+    let d = &problem.definition;
+    let bytes = tensor_bytes(&d.inputs, &w.resolved.inputs)
+        + 2 * tensor_bytes(&d.outputs, &w.resolved.outputs);
+    u32::try_from(ROUND_BATCH_BYTES / bytes.max(1))
+        .unwrap_or(u32::MAX)
+        .max(1)
+}
+
 fn reply_ok(v: &Value) -> bool {
     v.get("result").and_then(Value::as_str) == Some("ok")
 }
@@ -1086,19 +1122,44 @@ impl Session {
         // for the rest of the workload when they differ.
         let mut generate = true;
         let mut round_inputs = "files (an input is custom or read from a file)";
-        for round in 0..rounds {
-            let inp = xfer.join(format!("in_{round}.pt"));
-            let out = xfer.join(format!("out_{round}.pt"));
-            let mut input = json!(inp);
+        // Round 0 goes alone (its byte comparison decides how later rounds' inputs travel);
+        // the rest go in batches of one request per worker each, within a byte budget.
+        let per_batch = rounds_per_batch(problem, w);
+        let mut batches = 0u32;
+        let mut next = 0u32;
+        while next < rounds {
+            let batch: Vec<u32> = if next == 0 {
+                vec![0]
+            } else {
+                (next..rounds.min(next + per_batch)).collect()
+            };
+            next += batch.len() as u32;
+            batches += 1;
+            let out = xfer.join(format!("out_{}.pt", batch[0]));
+            let ins: Vec<PathBuf> = batch
+                .iter()
+                .map(|r| xfer.join(format!("in_{r}.pt")))
+                .collect();
+            let mut inputs: Vec<Value>;
             loop {
-                let mut req = self.prepare_request(problem, w, round, &inp);
-                req["generate"] = json!(generate);
-                req["digest"] = json!(round == 0);
+                let reqs: Vec<Value> = batch
+                    .iter()
+                    .zip(&ins)
+                    .map(|(&round, inp)| {
+                        let mut req = self.prepare_request(problem, w, round, inp);
+                        req["generate"] = json!(generate);
+                        req["digest"] = json!(round == 0);
+                        req
+                    })
+                    .collect();
+                let req = json!({"op": "prepare_rounds", "rounds": reqs});
                 let t_op = Instant::now();
                 let r = self.judge_request(&req, deadline);
-                costs.add("judge prepare", t_op, r.as_ref().ok());
                 let r = match r {
-                    Ok(r) => r,
+                    Ok(r) if reply_ok(&r) => r,
+                    Ok(r) => {
+                        return Ok(Outcome::fail(Status::InvalidReference, reply_message(&r)));
+                    }
                     Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
                     Err(JudgeFail::Other(m)) => {
                         return Ok(Outcome::fail(
@@ -1107,30 +1168,75 @@ impl Session {
                         ));
                     }
                 };
-                if !reply_ok(&r) {
-                    return Ok(Outcome::fail(Status::InvalidReference, reply_message(&r)));
+                let replies = replies_of(&r, "replies");
+                costs.add("judge prepare", t_op, &replies);
+                if let Some(bad) = replies.iter().find(|r| !reply_ok(r)) {
+                    return Ok(Outcome::fail(Status::InvalidReference, reply_message(bad)));
                 }
-                let drawn = r.get("input").filter(|v| v.is_object()).cloned();
+                if replies.len() != batch.len() {
+                    return Ok(Outcome::fail(
+                        Status::InvalidReference,
+                        format!(
+                            "the judge prepared {} of {} round(s)",
+                            replies.len(),
+                            batch.len()
+                        ),
+                    ));
+                }
                 // Round 0 of drawn inputs: both sides' bytes are compared.
-                let compare = drawn.is_some() && round == 0;
-                input = drawn.unwrap_or_else(|| json!(inp));
-                let run = json!({"op": "run", "in": input, "out": out, "outputs": outputs,
-                                 "digest": compare});
+                let compare =
+                    batch[0] == 0 && replies[0].get("input").is_some_and(Value::is_object);
+                inputs = replies
+                    .iter()
+                    .zip(&ins)
+                    .map(|(r, inp)| {
+                        r.get("input")
+                            .filter(|v| v.is_object())
+                            .cloned()
+                            .unwrap_or_else(|| json!(inp))
+                    })
+                    .collect();
+                let runs: Vec<Value> = batch
+                    .iter()
+                    .zip(&inputs)
+                    .map(|(&round, input)| {
+                        json!({"round": round, "in": input, "outputs": outputs,
+                               "digest": compare && round == 0})
+                    })
+                    .collect();
+                let run = json!({"op": "run_rounds", "runs": runs, "out": out});
                 let t_op = Instant::now();
                 let cr = match self.candidate_call(cand, &run, deadline)? {
                     Err(o) => return Ok(o),
                     Ok(cr) => cr,
                 };
-                costs.add("candidate run", t_op, Some(&cr));
-                if let Some(m) = cr.get("reward_hack").and_then(Value::as_str) {
+                let creplies = replies_of(&cr, "replies");
+                costs.add(
+                    "candidate run",
+                    t_op,
+                    creplies.iter().chain(std::iter::once(&cr)),
+                );
+                for (round, c) in batch.iter().zip(&creplies) {
+                    if let Some(m) = c.get("reward_hack").and_then(Value::as_str) {
+                        return Ok(Outcome::fail(
+                            Status::RewardHack,
+                            format!("round {round}: {m}"),
+                        ));
+                    }
+                }
+                if creplies.len() != batch.len() {
                     return Ok(Outcome::fail(
-                        Status::RewardHack,
-                        format!("round {round}: {m}"),
+                        Status::RuntimeError,
+                        format!(
+                            "the candidate answered {} of {} round(s)",
+                            creplies.len(),
+                            batch.len()
+                        ),
                     ));
                 }
                 if compare {
-                    if cr.get("digest").and_then(Value::as_str)
-                        != r.get("digest").and_then(Value::as_str)
+                    if creplies[0].get("digest").and_then(Value::as_str)
+                        != replies[0].get("digest").and_then(Value::as_str)
                     {
                         generate = false;
                         round_inputs =
@@ -1141,7 +1247,8 @@ impl Session {
                 }
                 break;
             }
-            let check = json!({"op": "check", "round": round, "path": out, "tolerance": tol_json});
+            let check =
+                json!({"op": "check_rounds", "rounds": batch, "path": out, "tolerance": tol_json});
             let t_op = Instant::now();
             let r = self.judge_request(&check, deadline);
             costs.add("judge check", t_op, r.as_ref().ok());
@@ -1158,42 +1265,63 @@ impl Session {
             if !reply_ok(&r) {
                 return Ok(Outcome::fail(Status::RuntimeError, reply_message(&r)));
             }
-            merge(
-                &r,
-                &mut max_abs,
-                &mut max_rel,
-                &mut min_ratio,
-                &mut has_nan,
-                &mut has_inf,
-            );
-            let status = r
-                .get("status")
-                .and_then(Value::as_str)
-                .and_then(Status::parse)
-                .unwrap_or(Status::RuntimeError);
-            if status != Status::Passed {
-                let msg = format!(
-                    "round {round}: {}",
-                    r.get("message").and_then(Value::as_str).unwrap_or("")
+            let results = replies_of(&r, "results");
+            if results.is_empty() {
+                return Ok(Outcome::fail(
+                    Status::RuntimeError,
+                    "the judge returned no check results",
+                ));
+            }
+            for (&round, res) in batch.iter().zip(&results) {
+                merge(
+                    res,
+                    &mut max_abs,
+                    &mut max_rel,
+                    &mut min_ratio,
+                    &mut has_nan,
+                    &mut has_inf,
                 );
-                let mut o = Outcome::fail(status, msg);
-                if status.has_correctness() {
-                    o.correctness = Some(correctness(
-                        max_abs,
-                        max_rel,
-                        has_nan,
-                        has_inf,
-                        min_ratio,
-                        round + 1,
-                    ));
+                let status = res
+                    .get("status")
+                    .and_then(Value::as_str)
+                    .and_then(Status::parse)
+                    .unwrap_or(Status::RuntimeError);
+                if status != Status::Passed {
+                    let msg = format!(
+                        "round {round}: {}",
+                        res.get("message").and_then(Value::as_str).unwrap_or("")
+                    );
+                    let mut o = Outcome::fail(status, msg);
+                    if status.has_correctness() {
+                        o.correctness = Some(correctness(
+                            max_abs,
+                            max_rel,
+                            has_nan,
+                            has_inf,
+                            min_ratio,
+                            round + 1,
+                        ));
+                    }
+                    return Ok(o);
                 }
-                return Ok(o);
+            }
+            if results.len() != batch.len() {
+                return Ok(Outcome::fail(
+                    Status::RuntimeError,
+                    format!(
+                        "the judge checked {} of {} round(s)",
+                        results.len(),
+                        batch.len()
+                    ),
+                ));
             }
             let _ = std::fs::remove_file(&out);
-            if round + 1 < rounds {
-                let _ = std::fs::remove_file(&inp);
+            for (inp, &round) in ins.iter().zip(&batch) {
+                if round + 1 < rounds {
+                    let _ = std::fs::remove_file(inp);
+                }
             }
-            last_in = input;
+            last_in = inputs.pop().unwrap_or(Value::Null);
         }
         // Timing, on the last round's inputs; the outputs of the timed calls are checked again.
         let method = self.opts.timing_method();
@@ -1308,7 +1436,7 @@ impl Session {
         }
         log.push_str(&format!("harness: round inputs: {round_inputs}\n"));
         log.push_str(&format!(
-            "harness: correctness round costs (ms, summed over {rounds} rounds): {}\n",
+            "harness: correctness round costs (ms, summed over {rounds} rounds in {batches} batches): {}\n",
             costs.line()
         ));
         if let Some(h) = tr.get("handover").and_then(Value::as_str) {
@@ -1339,6 +1467,11 @@ impl Session {
         if let Some(n) = cupti_note {
             log.push_str(&format!("harness: {n}\n"));
         }
+        log.push_str(&overhead_line(
+            t_workload.elapsed().as_secs_f64() * 1e3,
+            (&tr, cand_sum_ms),
+            (&rr, ref_sum_ms),
+        ));
         for (who, v) in [("candidate", &tr), ("reference", &rr)] {
             let mut notes = v.get("notes").cloned().unwrap_or(Value::Null);
             if let Some(o) = notes.as_object_mut() {
@@ -1576,10 +1709,20 @@ struct RoundCosts {
 }
 
 impl RoundCosts {
-    fn add(&mut self, op: &'static str, started: Instant, reply: Option<&Value>) {
+    /// One request of kind `op`, started at `started`, with the `ms` parts of its reply (and of
+    /// the per-round replies inside it, for a batch).
+    fn add<'a>(
+        &mut self,
+        op: &'static str,
+        started: Instant,
+        replies: impl IntoIterator<Item = &'a Value>,
+    ) {
         let e = self.ops.entry(op).or_default();
         e.0 += started.elapsed().as_secs_f64() * 1e3;
-        if let Some(parts) = reply.and_then(|r| r.get("ms")).and_then(Value::as_object) {
+        for parts in replies
+            .into_iter()
+            .filter_map(|r| r.get("ms").and_then(Value::as_object))
+        {
             for (k, v) in parts {
                 if let Some(ms) = v.as_f64() {
                     *e.1.entry(k.clone()).or_default() += ms;
@@ -1600,6 +1743,24 @@ impl RoundCosts {
         }
         out.join("; ")
     }
+}
+
+/// The trace's account of the harness's own time for one workload (benchmark criterion (c)):
+/// the workload's wall time less each side's timed loop (`bracket_ms.calls` of its timing notes:
+/// every timed call with its flush, spin and syncs; the summed call times where a worker has no
+/// such note, as on the CPU), and less the calls' own reported times only.
+fn overhead_line(wall_ms: f64, cand: (&Value, f64), reference: (&Value, f64)) -> String {
+    let loop_ms = |(v, sum): (&Value, f64)| {
+        v.pointer("/notes/bracket_ms/calls")
+            .and_then(Value::as_f64)
+            .unwrap_or(sum)
+    };
+    let (cl, rl) = (loop_ms(cand), loop_ms(reference));
+    format!(
+        "harness: overhead: workload {wall_ms:.1} ms; timed loops: candidate {cl:.1} ms, reference {rl:.1} ms; beyond the timed loops {:.1} ms; beyond the timed calls' own time {:.1} ms\n",
+        wall_ms - cl - rl,
+        wall_ms - cand.1 - reference.1
+    )
 }
 
 /// The dual clock with its allowance widened by the reference's own unexplained batch time:
@@ -1742,15 +1903,16 @@ mod tests {
     fn round_costs_sum_each_kind_of_request_and_the_parts_workers_report() {
         let mut c = RoundCosts::default();
         let t = Instant::now();
+        // A batch: the per-round replies' parts and the batch reply's own.
+        let rounds = [
+            json!({"ms": {"call": 1.5}}),
+            json!({"ms": {"call": 0.5, "save": "x"}}),
+        ];
+        let batch = json!({"ms": {"save": 2.0}});
         c.add(
             "candidate run",
             t,
-            Some(&json!({"ms": {"call": 1.5, "save": 2.0}})),
-        );
-        c.add(
-            "candidate run",
-            t,
-            Some(&json!({"ms": {"call": 0.5, "save": "x"}})),
+            rounds.iter().chain(std::iter::once(&batch)),
         );
         c.add("judge check", t, None);
         let line = c.line();
@@ -1758,6 +1920,23 @@ mod tests {
         assert!(line.starts_with("candidate run "), "{line}");
         assert!(line.contains("; judge check "), "{line}");
         assert!(!line.contains("judge check 0.0 ("), "{line}");
+    }
+
+    #[test]
+    fn overhead_is_counted_beyond_each_sides_timed_loop_or_its_summed_calls() {
+        let cand = json!({"notes": {"bracket_ms": {"calls": 30.0}}});
+        let reference = json!({"notes": {}});
+        let line = overhead_line(100.0, (&cand, 5.0), (&reference, 20.0));
+        // 100 - 30 (candidate loop) - 20 (reference: no loop note, its summed calls)
+        assert!(line.contains("beyond the timed loops 50.0 ms"), "{line}");
+        assert!(
+            line.contains("beyond the timed calls' own time 75.0 ms"),
+            "{line}"
+        );
+        assert!(
+            line.contains("candidate 30.0 ms, reference 20.0 ms"),
+            "{line}"
+        );
     }
 
     #[test]
