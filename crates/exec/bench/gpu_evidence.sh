@@ -10,7 +10,8 @@
 # with CUPTI, events and --no-sandbox, rmsnorm Triton launches, ncu, clocks and throttling),
 # modes (the matmul in bare processes with its inputs held four ways: matmul_modes.py),
 # repro (criteria (a) and (b) only: 5 CUPTI runs of each benchmark kernel, then ncu),
-# cupti (criterion (c): the profiler's start/stop/read costs: cupti_stop.py).
+# cupti (criterion (c): the profiler's start/stop/read costs: cupti_stop.py),
+# ref (the reference corpus run alone; TIMING=events times it by events).
 # Every part packs its results into OUTDIR/results.tgz as it ends, so a later timeout loses nothing.
 set -u
 KG=$1; OUT=$2; PART=${3:-core}
@@ -45,6 +46,9 @@ if [ "$PART" = corpus ]; then
   log validate; run_t "$OUT/r/validate.txt" $KG dataset validate problems/core --device cuda:0
   log core-ref; run_t "$OUT/r/core-ref.txt" $KG run problems/core --device cuda:0 -o "$OUT/r/core-ref"
   log core-bundled; run_t "$OUT/r/core-bundled.txt" $KG run problems/core --solutions bundled --device cuda:0 -o "$OUT/r/core-bundled"
+fi
+if [ "$PART" = ref ]; then
+  log core-ref; run_t "$OUT/r/core-ref.txt" $KG run problems/core --device cuda:0 ${TIMING:+--timing $TIMING} -o "$OUT/r/core-ref"
 fi
 if [ "$PART" = cpp ]; then
   for d in $EX/cuda_cpp_*; do n=$(basename $d); log "$n"

@@ -276,12 +276,10 @@ def op_prepare(req):
 # ---------------------------------------------------------------- comparison
 
 
-def compare(outs, tol, ref=None):
-    """Returns a check result dict: status + metrics."""
+def _invalid(outs, ref):
+    """Why `outs` cannot be compared with `ref` at all (count, type, shape, dtype), or None."""
     d = STATE["definition"]
     names = list(d["outputs"].keys())
-    if ref is None:
-        ref = STATE["ref_out"]["outputs"]
     if not isinstance(outs, list) or len(outs) != len(names):
         n = len(outs) if isinstance(outs, list) else "a non-list"
         return {"status": "INCORRECT_SHAPE", "message": f"the candidate returned {n} output(s), expected {len(names)} ({', '.join(names)})"}
@@ -296,60 +294,103 @@ def compare(outs, tol, ref=None):
     for n, o, r in zip(names, outs, ref):
         if o.dtype != r.dtype:
             return {"status": "INCORRECT_DTYPE", "message": f"output `{n}` has dtype {kg.dtype_name(o.dtype)}, expected {kg.dtype_name(r.dtype)}"}
+    return None
+
+
+def _figures(o, r, atol, rtol, allow_ninf):
+    """The comparison's figures for R rounds of one output at once (`o`, `r`: [R, ...] on the
+    device), as an [R, 8] tensor: NaN seen, Inf seen, mismatched NaN/Inf count, matched ratio,
+    max abs error, max rel error, output all zero, reference has a finite non-zero."""
+    rows = o.shape[0]
+    of = o.reshape(rows, -1)
+    rf = r.reshape(rows, -1)
+    of = of.float() if of.dtype != torch.float32 else of
+    rf = rf.float() if rf.dtype != torch.float32 else rf
+    o_nan, r_nan = torch.isnan(of), torch.isnan(rf)
+    o_inf, r_inf = torch.isinf(of), torch.isinf(rf)
+    special_ok = torch.zeros_like(o_nan)
+    if allow_ninf:
+        special_ok = (of == -math.inf) & (rf == -math.inf)
+    special = o_nan | r_nan | o_inf | r_inf
+    bad_special = special & ~special_ok
+    finite = ~special
+    diff = torch.where(finite, (of - rf).abs(), torch.zeros_like(of))
+    ok = (diff <= atol + rtol * rf.abs()) & finite | special_ok
+    rel = diff / torch.clamp(rf.abs(), min=atol if atol > 0 else 1e-12)
+    return torch.stack([
+        (o_nan.any(1) | r_nan.any(1)).double(),
+        (o_inf.any(1) | r_inf.any(1)).double(),
+        bad_special.sum(1).double(),
+        ok.float().mean(1).double(),
+        diff.amax(1).double(),
+        torch.where(finite, rel, torch.zeros_like(rel)).amax(1).double(),
+        ((of == 0) | special).all(1).double(),  # every finite output element is zero
+        ((rf != 0) & finite).any(1).double(),  # some finite reference element is not
+    ], dim=1)
+
+
+def compare_many(pairs, tol):
+    """Check results (status + metrics) for (outputs, reference outputs) pairs, in order, ending
+    at the first that did not pass. The rounds' elementwise work is done for all pairs at once,
+    per output, and every figure comes back in one device-to-host copy: per round and output,
+    this was ~40 small kernel launches and a synchronisation (0.8-2.7 ms a round on an H200)."""
+    d = STATE["definition"]
+    names = list(d["outputs"].keys())
     atol, rtol = float(tol["max_atol"]), float(tol["max_rtol"])
     need = float(tol["required_matched_ratio"])
     cap = tol.get("max_error_cap")
     allow_ninf = bool(tol.get("allow_negative_inf", False))
-    res = {"max_abs": 0.0, "max_rel": 0.0, "matched_ratio": 1.0, "has_nan": False, "has_inf": False}
-    fail = None
     dev = STATE["device"]
-    for n, o, r in zip(names, outs, ref):
-        o = o.to(dev)
-        if o.numel() == 0:
-            continue
-        of = o.float() if o.dtype != torch.float32 else o
-        rf = r.float() if r.dtype != torch.float32 else r
-        o_nan, r_nan = torch.isnan(of), torch.isnan(rf)
-        o_inf, r_inf = torch.isinf(of), torch.isinf(rf)
-        special_ok = torch.zeros_like(o_nan)
-        if allow_ninf:
-            special_ok = (of == -math.inf) & (rf == -math.inf)
-        special = o_nan | r_nan | o_inf | r_inf
-        bad_special = special & ~special_ok
-        finite = ~special
-        diff = torch.where(finite, (of - rf).abs(), torch.zeros_like(of))
-        ok = (diff <= atol + rtol * rf.abs()) & finite | special_ok
-        rel = diff / torch.clamp(rf.abs(), min=atol if atol > 0 else 1e-12)
-        # Every figure of this output in one device-to-host copy (one synchronisation, not ten:
-        # on a GPU each was a round trip, ~1 ms a round in all).
-        figs = torch.stack([
-            (o_nan.any() | r_nan.any()).double(),
-            (o_inf.any() | r_inf.any()).double(),
-            bad_special.sum().double(),
-            ok.float().mean().double(),
-            diff.max().double(),
-            torch.where(finite, rel, torch.zeros_like(rel)).max().double(),
-            ((of == 0) | special).all().double(),  # every finite output element is zero
-            ((rf != 0) & finite).any().double(),  # some finite reference element is not
-        ]).tolist()
-        has_nan, has_inf, k, ratio, max_abs, max_rel, out_zero, ref_nonzero = figs
-        res["has_nan"] |= bool(has_nan)
-        res["has_inf"] |= bool(has_inf)
-        if k > 0:
-            fail = fail or f"output `{n}`: {int(k)} element(s) are NaN/Inf in the output or the reference where the other side differs"
-        res["max_abs"] = max(res["max_abs"], max_abs)
-        res["max_rel"] = max(res["max_rel"], max_rel)
-        res["matched_ratio"] = min(res["matched_ratio"], ratio)
-        if ratio < need:
-            fail = fail or f"output `{n}`: {ratio:.6f} of elements within atol={atol} rtol={rtol}, {need} required; max abs error {max_abs:.6g}, max rel error {max_rel:.6g}"
-        if cap is not None and max_abs > float(cap):
-            fail = fail or f"output `{n}`: max abs error {max_abs:.6g} exceeds max_error_cap {cap}"
-        if out_zero and ref_nonzero:
-            fail = fail or f"output `{n}` is all zeros but the reference is not"
-    res["status"] = "INCORRECT_NUMERICAL" if fail else "PASSED"
-    if fail:
-        res["message"] = fail
-    return res
+    valid = []
+    stop = None
+    for outs, ref in pairs:
+        bad = _invalid(outs, ref)
+        if bad is not None:
+            stop = bad
+            break
+        valid.append((outs, ref))
+    figs = {}
+    for k in range(len(names)):
+        if valid and valid[0][1][k].numel() > 0:
+            o = torch.stack([outs[k].to(dev) for outs, _ in valid])
+            r = torch.stack([ref[k].to(dev) for _, ref in valid])
+            figs[k] = _figures(o, r, atol, rtol, allow_ninf)
+    keys = sorted(figs)
+    host = torch.stack([figs[k] for k in keys]).tolist() if keys else []
+    results = []
+    for j in range(len(valid)):
+        res = {"max_abs": 0.0, "max_rel": 0.0, "matched_ratio": 1.0, "has_nan": False, "has_inf": False}
+        fail = None
+        for pos, k in enumerate(keys):
+            n = names[k]
+            has_nan, has_inf, bad, ratio, max_abs, max_rel, out_zero, ref_nonzero = host[pos][j]
+            res["has_nan"] |= bool(has_nan)
+            res["has_inf"] |= bool(has_inf)
+            if bad > 0:
+                fail = fail or f"output `{n}`: {int(bad)} element(s) are NaN/Inf in the output or the reference where the other side differs"
+            res["max_abs"] = max(res["max_abs"], max_abs)
+            res["max_rel"] = max(res["max_rel"], max_rel)
+            res["matched_ratio"] = min(res["matched_ratio"], ratio)
+            if ratio < need:
+                fail = fail or f"output `{n}`: {ratio:.6f} of elements within atol={atol} rtol={rtol}, {need} required; max abs error {max_abs:.6g}, max rel error {max_rel:.6g}"
+            if cap is not None and max_abs > float(cap):
+                fail = fail or f"output `{n}`: max abs error {max_abs:.6g} exceeds max_error_cap {cap}"
+            if out_zero and ref_nonzero:
+                fail = fail or f"output `{n}` is all zeros but the reference is not"
+        res["status"] = "INCORRECT_NUMERICAL" if fail else "PASSED"
+        if fail:
+            res["message"] = fail
+        results.append(res)
+        if fail:
+            return results
+    if stop is not None:
+        results.append(stop)
+    return results
+
+
+def compare(outs, tol, ref=None):
+    """The check result (status + metrics) of one set of outputs."""
+    return compare_many([(outs, STATE["ref_out"]["outputs"] if ref is None else ref)], tol)[0]
 
 
 def op_prepare_rounds(req):
@@ -387,12 +428,7 @@ def op_check_rounds(req):
         n = len(got) if isinstance(got, list) else "no list of"
         return {"result": "ok", "results": [{"status": "RUNTIME_ERROR", "message": f"the candidate handed over {n} round output(s), {len(rounds)} expected"}]}
     t1 = time.perf_counter()
-    results = []
-    for r, outs in zip(rounds, got):
-        res = compare(outs, req["tolerance"], kept[r])
-        results.append(res)
-        if res["status"] != "PASSED":
-            break
+    results = compare_many([(outs, kept[r]) for r, outs in zip(rounds, got)], req["tolerance"])
     return {"result": "ok", "results": results, "ms": {"load": (t1 - t0) * 1e3, "compare": (time.perf_counter() - t1) * 1e3}}
 
 
@@ -555,7 +591,7 @@ def op_check_timed(req):
     if not isinstance(got, list) or len(got) != len(t["picked"]):
         return {"result": "ok", "status": "RUNTIME_ERROR", "message": "timed outputs do not match the sampled calls"}
     dev = STATE["device"]
-    worst = None
+    pairs = []
     for i, outs in zip(t["picked"], got):
         if not isinstance(outs, list):
             return {"result": "ok", "status": "INCORRECT_NUMERICAL", "message": f"timed call {i}: no outputs kept"}
@@ -563,13 +599,14 @@ def op_check_timed(req):
             ref = run_reference([x.to(dev) if isinstance(x, torch.Tensor) else x for x in _timed_set(t, i)])
         except Exception as e:
             return kg.error_reply("invalid_reference", f"the reference raised on timed inputs: {type(e).__name__}: {e}", traceback.format_exc())
-        res = compare(outs, req["tolerance"], ref)
+        pairs.append((outs, ref))
+    STATE["timed"] = None
+    worst = None
+    for i, res in zip(t["picked"], compare_many(pairs, req["tolerance"])):
         res["message"] = f"timed call {i}: " + res.get("message", "")
         if res["status"] != "PASSED":
-            STATE["timed"] = None
             return {"result": "ok", **res}
         worst = res if worst is None or res["matched_ratio"] < worst["matched_ratio"] else worst
-    STATE["timed"] = None
     return {"result": "ok", **worst, "checked": t["picked"]}
 
 

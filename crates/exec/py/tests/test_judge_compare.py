@@ -82,3 +82,18 @@ def test_a_batch_that_hands_over_fewer_rounds_than_it_ran_is_a_runtime_error(tmp
     assert res["results"][0]["status"] == "RUNTIME_ERROR" and "1 round output(s), 2 expected" in res["results"][0]["message"]
     # rounds the judge never prepared are a protocol error, not a verdict on the candidate
     assert judge.op_check_rounds({"rounds": [5], "path": path, "tolerance": TOL})["result"] == "error"
+
+
+def test_rounds_compared_together_report_each_rounds_own_figures():
+    judge.STATE["definition"] = {"outputs": {"y": {"dtype": "float32"}, "i": {"dtype": "int64"}}}
+    r = [torch.ones(4), torch.arange(4)]
+    off = [torch.tensor([1.0, 1.0, 1.0, 1.005]), torch.arange(4)]
+    nan = [torch.tensor([1.0, math.nan, 1.0, 1.0]), torch.arange(4)]
+    res = judge.compare_many([(r, r), (off, r), (nan, r)], {**TOL, "required_matched_ratio": 0.7})
+    assert [x["status"] for x in res] == ["PASSED", "PASSED", "INCORRECT_NUMERICAL"]
+    assert res[0]["max_abs"] == 0.0 and res[1]["max_abs"] == pytest.approx(0.005, rel=1e-3)
+    assert res[1]["matched_ratio"] == 0.75 and not res[1]["has_nan"] and res[2]["has_nan"]
+    # each output separately: a wrong integer output fails on its own
+    bad_i = [torch.ones(4), torch.tensor([0, 1, 2, 4])]
+    res = judge.compare_many([(r, r), (bad_i, r)], TOL)
+    assert res[1]["status"] == "INCORRECT_NUMERICAL" and "output `i`" in res[1]["message"]
