@@ -582,8 +582,6 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
                     cost["pre"].append((time.perf_counter() - p0) * 1e3)
                 flush.zero_()
                 torch.cuda.synchronize()
-                if toggle:
-                    _cupti_collect(True)
                 if spin is not None:
                     spin(spin_cycles)
                 starts[i].record()
@@ -596,12 +594,6 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
                 ends[i].record()
                 if mark:
                     spin(1)  # closes this call's CUPTI records before our own copies in `post`
-                if toggle:
-                    # Recording pauses over the harness's own work (the next set's drawing, the
-                    # flush, the output copies: most of the records, each paid for at stop), once
-                    # the marker has run.
-                    torch.cuda.synchronize()
-                    _cupti_collect(False)
                 if post is not None:
                     p0 = time.perf_counter()
                     post(i, r)
@@ -619,9 +611,6 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
             if why:
                 notes["cupti_fallback"] = why
             recording = why is None
-        toggle = recording and spin is not None and CUPTI_TOGGLE
-        if toggle:
-            _cupti_collect(False)
         t1 = time.perf_counter()
         # The bracket's own cost (subtracted from the event times) is measured after the timed
         # calls, under the same recording (CUPTI's callbacks lengthen every launch, record and
@@ -641,8 +630,6 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
             overhead = statistics.median(empty)
         finally:
             t4 = time.perf_counter()
-            if toggle:
-                _cupti_collect(True)
             events = _cupti_stop() if recording else None
         notes["bracket_overhead_ms"] = overhead
         notes["raw_median_ms"] = statistics.median(raw)
@@ -744,18 +731,6 @@ def _cupti_start():
         return None
     except Exception as e:
         return f"CUDA activity profiler unavailable: {type(e).__name__}: {e}"
-
-
-# Whether CUPTI recording pauses between the timed calls (time_calls).
-CUPTI_TOGGLE = True
-
-
-def _cupti_collect(on):
-    """Resumes or pauses CUPTI's recording of device activity within a started recording."""
-    from torch._C._autograd import _toggle_collection_dynamic
-    from torch._C._profiler import ProfilerActivity
-
-    _toggle_collection_dynamic(bool(on), {ProfilerActivity.CUDA})
 
 
 def _cupti_stop():
