@@ -356,12 +356,16 @@ const CUPTI_SPEEDUP_SLACK: f64 = 1.25;
 /// an H200 (session 6) the host launch inside the timed bracket took up to 4x the judge's
 /// probe, and a 50 µs spin made a 4096³ matmul read 238-240 µs instead of 178.5 (its first
 /// kernel started late in 28-30 of 30 calls) and bmm kernels of 2-4 µs read up to 40. A longer
-/// spin also hides host work done inside a call before its first kernel, hence the cap.
+/// spin also hides host work done inside a call before its first kernel, hence the cap. With a
+/// 300 µs cap (session 7), multi-kernel references whose probe read 180-220 µs (gelu_tanh,
+/// silu_and_mul: 250-290 µs inside the bracket) filled the spin, and their CUPTI spans were
+/// refused in a release run (session 8); the window stays at most 4x what the trusted
+/// reference's own host launch needs.
 const SPIN_HOST_FACTOR: f64 = 4.0;
 /// See [`SPIN_HOST_FACTOR`] (µs).
 const SPIN_MIN_US: f64 = 150.0;
 /// See [`SPIN_HOST_FACTOR`] (µs).
-const SPIN_MAX_US: f64 = 300.0;
+const SPIN_MAX_US: f64 = 600.0;
 
 /// The spin length (µs) for a reference whose host launch took `ref_host_ms`.
 fn spin_us_for(ref_host_ms: Option<f64>) -> f64 {
@@ -2156,6 +2160,7 @@ mod tests {
         assert_eq!(spin_us_for(None), SPIN_MIN_US);
         assert_eq!(spin_us_for(Some(0.010)), SPIN_MIN_US);
         assert_eq!(spin_us_for(Some(0.050)), 200.0);
+        assert_eq!(spin_us_for(Some(0.120)), 480.0);
         assert_eq!(spin_us_for(Some(5.0)), SPIN_MAX_US);
         assert_eq!(spin_us_for(Some(f64::NAN)), SPIN_MIN_US);
     }
