@@ -2026,19 +2026,28 @@ mod tests {
         json!({"notes": notes})
     }
 
+    /// `choose_times` with CUPTI asked for, on these replies and event times.
+    fn cupti(
+        c: &Value,
+        r: &Value,
+        ce: &[f64],
+        re: &[f64],
+    ) -> (TimingMethod, Vec<f64>, Vec<f64>, Option<String>) {
+        choose_times(TimingMethod::Cupti, c, r, ce.to_vec(), re.to_vec())
+    }
+
     #[test]
     fn cupti_spans_are_used_only_when_both_sides_have_them() {
         let ev = vec![0.0065, 0.0066, 0.0064];
         let c = reply(Some(&[0.0052, 0.0051, 0.0053]), None);
         let r = reply(Some(&[0.0050, 0.0052, 0.0051]), None);
-        let (m, ct, rt, note) = choose_times(TimingMethod::Cupti, &c, &r, ev.clone(), ev.clone());
+        let (m, ct, rt, note) = cupti(&c, &r, &ev, &ev);
         assert_eq!(m, TimingMethod::Cupti);
         assert_eq!((ct[0], rt[0]), (0.0052, 0.0050));
         assert!(note.is_none());
 
         let r_none = reply(None, Some("CUDA activity profiler unavailable: X"));
-        let (m, ct, _, note) =
-            choose_times(TimingMethod::Cupti, &c, &r_none, ev.clone(), ev.clone());
+        let (m, ct, _, note) = cupti(&c, &r_none, &ev, &ev);
         assert_eq!(m, TimingMethod::DeviceEventSync);
         assert_eq!(ct, ev);
         assert!(note.is_some_and(|n| n.contains("reference: CUDA activity profiler unavailable")));
@@ -2050,13 +2059,13 @@ mod tests {
         let ev = vec![1.0, 1.0, 1.0];
         let c = reply(Some(&[0.001, 0.001, 0.001]), None);
         let r = reply(Some(&[0.9, 0.9, 0.9]), None);
-        let (m, ct, _, note) = choose_times(TimingMethod::Cupti, &c, &r, ev.clone(), ev.clone());
+        let (m, ct, _, note) = cupti(&c, &r, &ev, &ev);
         assert_eq!(m, TimingMethod::DeviceEventSync);
         assert_eq!(ct, ev);
         assert!(note.is_some_and(|n| n.contains("far below")));
         // A span count that does not match the timed calls is not used either.
         let short = reply(Some(&[0.9]), None);
-        let (m, ..) = choose_times(TimingMethod::Cupti, &short, &r, ev.clone(), ev.clone());
+        let (m, ..) = cupti(&short, &r, &ev, &ev);
         assert_eq!(m, TimingMethod::DeviceEventSync);
     }
 
@@ -2067,21 +2076,9 @@ mod tests {
         let ev = vec![0.0065, 0.0066, 0.0064];
         let honest = reply(Some(&[0.0050, 0.0049, 0.0051]), None);
         let forged = reply(Some(&[0.0001, 0.0001, 0.0001]), None);
-        let (m, ..) = choose_times(
-            TimingMethod::Cupti,
-            &honest,
-            &honest,
-            ev.clone(),
-            ev.clone(),
-        );
+        let (m, ..) = cupti(&honest, &honest, &ev, &ev);
         assert_eq!(m, TimingMethod::Cupti);
-        let (m, ..) = choose_times(
-            TimingMethod::Cupti,
-            &forged,
-            &honest,
-            ev.clone(),
-            ev.clone(),
-        );
+        let (m, ..) = cupti(&forged, &honest, &ev, &ev);
         assert_eq!(m, TimingMethod::DeviceEventSync);
     }
 
@@ -2093,13 +2090,7 @@ mod tests {
         let re = vec![0.0111, 0.0112, 0.0110];
         let honest = reply(Some(&[0.0019, 0.0019, 0.0020]), None);
         let reference = reply(Some(&[0.0019, 0.0020, 0.0019]), None);
-        let (m, ct, _, note) = choose_times(
-            TimingMethod::Cupti,
-            &honest,
-            &reference,
-            ce.clone(),
-            re.clone(),
-        );
+        let (m, ct, _, note) = cupti(&honest, &reference, &ce, &re);
         assert_eq!(m, TimingMethod::Cupti);
         assert_eq!(ct, vec![0.0019, 0.0019, 0.0020]);
         assert!(note.is_some_and(|n| n.contains("checked against the reference")));
@@ -2107,13 +2098,13 @@ mod tests {
         // show 1.0x), are not believed.
         for forged in [0.0001, 0.0014] {
             let c = reply(Some(&[forged, forged, forged]), None);
-            let (m, ..) = choose_times(TimingMethod::Cupti, &c, &reference, ce.clone(), re.clone());
+            let (m, ..) = cupti(&c, &reference, &ce, &re);
             assert_eq!(m, TimingMethod::DeviceEventSync, "{forged}");
         }
         // Where the reference's spans are resolved by its events, the candidate's are held to
         // the plain rule.
         let resolved_ref = reply(Some(&[0.0100, 0.0101, 0.0099]), None);
-        let (m, ..) = choose_times(TimingMethod::Cupti, &honest, &resolved_ref, ce.clone(), re);
+        let (m, ..) = cupti(&honest, &resolved_ref, &ce, &re);
         assert_eq!(m, TimingMethod::DeviceEventSync);
     }
 
@@ -2130,27 +2121,20 @@ mod tests {
         let re = vec![0.0061, 0.0060, 0.0062];
         let reference = with_stream(&[0.0021, 0.0022, 0.0021], 0.0024);
         let honest = with_stream(&[0.0021, 0.0021, 0.0022], 0.0025);
-        let (m, ct, ..) = choose_times(
-            TimingMethod::Cupti,
-            &honest,
-            &reference,
-            ce.clone(),
-            re.clone(),
-        );
+        let (m, ct, ..) = cupti(&honest, &reference, &ce, &re);
         assert_eq!(m, TimingMethod::Cupti);
         assert_eq!(ct, vec![0.0021, 0.0021, 0.0022]);
         // Without the stream events the same spans are refused, as on the H200.
-        let (m, ..) = choose_times(
-            TimingMethod::Cupti,
+        let (m, ..) = cupti(
             &reply(Some(&[0.0021, 0.0021, 0.0022]), None),
             &reply(Some(&[0.0021, 0.0022, 0.0021]), None),
-            ce.clone(),
-            re.clone(),
+            &ce,
+            &re,
         );
         assert_eq!(m, TimingMethod::DeviceEventSync);
         // Spans forged to a tenth of a 40 us call the stream events see are refused.
         let forged = with_stream(&[0.004, 0.004, 0.004], 0.040);
-        let (m, _, _, note) = choose_times(TimingMethod::Cupti, &forged, &reference, ce, re);
+        let (m, _, _, note) = cupti(&forged, &reference, &ce, &re);
         assert_eq!(m, TimingMethod::DeviceEventSync);
         assert!(note.is_some_and(|n| n.contains("far below")));
     }
