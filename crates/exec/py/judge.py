@@ -329,6 +329,11 @@ def _figures(o, r, atol, rtol, allow_ninf):
     ], dim=1)
 
 
+def _rows(ts):
+    """Tensors of one shape as the rows of one tensor (a single one as a view, not a copy)."""
+    return ts[0].unsqueeze(0) if len(ts) == 1 else torch.stack(ts)
+
+
 def compare_many(pairs, tol):
     """Check results (status + metrics) for (outputs, reference outputs) pairs, in order, ending
     at the first that did not pass. The rounds' elementwise work is done for all pairs at once,
@@ -352,8 +357,8 @@ def compare_many(pairs, tol):
     figs = {}
     for k in range(len(names)):
         if valid and valid[0][1][k].numel() > 0:
-            o = torch.stack([outs[k].to(dev) for outs, _ in valid])
-            r = torch.stack([ref[k].to(dev) for _, ref in valid])
+            o = _rows([outs[k].to(dev) for outs, _ in valid])
+            r = _rows([ref[k].to(dev) for _, ref in valid])
             figs[k] = _figures(o, r, atol, rtol, allow_ninf)
     keys = sorted(figs)
     host = torch.stack([figs[k] for k in keys]).tolist() if keys else []

@@ -445,8 +445,8 @@ fn replies_of(v: &Value, key: &str) -> Vec<Value> {
         .unwrap_or_default()
 }
 
-/// Bytes of one correctness round's inputs and outputs held at once while a batch of rounds is
-/// checked (the judge keeps the reference outputs, the candidate hands over its outputs).
+/// Byte budget of one batch of correctness rounds: each round counts its inputs and twice its
+/// outputs (the judge keeps the reference's while the candidate hands over its own).
 const ROUND_BATCH_BYTES: u64 = 256 << 20;
 
 /// How many correctness rounds go in one batch: as many as fit [`ROUND_BATCH_BYTES`], at least one.
