@@ -466,9 +466,15 @@ fn rounds_per_batch(problem: &Problem, w: &LoadedWorkload) -> u32 {
             .sum::<u64>()
     };
     let d = &problem.definition;
-    let bytes = tensor_bytes(&d.inputs, &w.resolved.inputs)
-        + 2 * tensor_bytes(&d.outputs, &w.resolved.outputs);
-    u32::try_from(ROUND_BATCH_BYTES / bytes.max(1))
+    rounds_fitting(
+        tensor_bytes(&d.inputs, &w.resolved.inputs)
+            + 2 * tensor_bytes(&d.outputs, &w.resolved.outputs),
+    )
+}
+
+/// Rounds of `round_bytes` each that fit [`ROUND_BATCH_BYTES`], at least one.
+fn rounds_fitting(round_bytes: u64) -> u32 {
+    u32::try_from(ROUND_BATCH_BYTES / round_bytes.max(1))
         .unwrap_or(u32::MAX)
         .max(1)
 }
@@ -1924,6 +1930,18 @@ mod tests {
         assert!(line.starts_with("candidate run "), "{line}");
         assert!(line.contains("; judge check "), "{line}");
         assert!(!line.contains("judge check 0.0 ("), "{line}");
+    }
+
+    #[test]
+    fn rounds_are_batched_within_the_byte_budget() {
+        // A 4096^2 bf16 matmul round: 64 MiB of inputs, twice 32 MiB of output.
+        assert_eq!(rounds_fitting(128 << 20), 2);
+        assert_eq!(rounds_fitting(ROUND_BATCH_BYTES + 1), 1);
+        assert_eq!(rounds_fitting(4096), 65536);
+        assert_eq!(
+            rounds_fitting(0),
+            u32::try_from(ROUND_BATCH_BYTES).unwrap_or(u32::MAX)
+        );
     }
 
     #[test]
