@@ -393,11 +393,6 @@ def compare_many(pairs, tol):
     return results
 
 
-def compare(outs, tol, ref=None):
-    """The check result (status + metrics) of one set of outputs."""
-    return compare_many([(outs, STATE["ref_out"]["outputs"] if ref is None else ref)], tol)[0]
-
-
 def op_prepare_rounds(req):
     """Prepares several correctness rounds in one request (`rounds`: one `prepare` request each),
     so a workload's rounds cost a few parent round trips, not three per round. `replies` holds

@@ -445,6 +445,12 @@ fn replies_of(v: &Value, key: &str) -> Vec<Value> {
         .unwrap_or_default()
 }
 
+/// The outcome for a batch request answered for `got` of its `want` rounds (`who_did`: "the
+/// judge prepared"), or None when every round was answered.
+fn short_batch(status: Status, who_did: &str, got: usize, want: usize) -> Option<Outcome> {
+    (got != want).then(|| Outcome::fail(status, format!("{who_did} {got} of {want} round(s)")))
+}
+
 /// Byte budget of one batch of correctness rounds: each round counts its inputs and twice its
 /// outputs (the judge keeps the reference's while the candidate hands over its own).
 const ROUND_BATCH_BYTES: u64 = 256 << 20;
@@ -1183,15 +1189,13 @@ impl Session {
                 if let Some(bad) = replies.iter().find(|r| !reply_ok(r)) {
                     return Ok(Outcome::fail(Status::InvalidReference, reply_message(bad)));
                 }
-                if replies.len() != batch.len() {
-                    return Ok(Outcome::fail(
-                        Status::InvalidReference,
-                        format!(
-                            "the judge prepared {} of {} round(s)",
-                            replies.len(),
-                            batch.len()
-                        ),
-                    ));
+                if let Some(o) = short_batch(
+                    Status::InvalidReference,
+                    "the judge prepared",
+                    replies.len(),
+                    batch.len(),
+                ) {
+                    return Ok(o);
                 }
                 // Round 0 of drawn inputs: both sides' bytes are compared.
                 let compare =
@@ -1234,15 +1238,13 @@ impl Session {
                         ));
                     }
                 }
-                if creplies.len() != batch.len() {
-                    return Ok(Outcome::fail(
-                        Status::RuntimeError,
-                        format!(
-                            "the candidate answered {} of {} round(s)",
-                            creplies.len(),
-                            batch.len()
-                        ),
-                    ));
+                if let Some(o) = short_batch(
+                    Status::RuntimeError,
+                    "the candidate answered",
+                    creplies.len(),
+                    batch.len(),
+                ) {
+                    return Ok(o);
                 }
                 if compare {
                     if creplies[0].get("digest").and_then(Value::as_str)
@@ -1315,15 +1317,13 @@ impl Session {
                     return Ok(o);
                 }
             }
-            if results.len() != batch.len() {
-                return Ok(Outcome::fail(
-                    Status::RuntimeError,
-                    format!(
-                        "the judge checked {} of {} round(s)",
-                        results.len(),
-                        batch.len()
-                    ),
-                ));
+            if let Some(o) = short_batch(
+                Status::RuntimeError,
+                "the judge checked",
+                results.len(),
+                batch.len(),
+            ) {
+                return Ok(o);
             }
             let _ = std::fs::remove_file(&out);
             for (inp, &round) in ins.iter().zip(&batch) {

@@ -1,4 +1,4 @@
-"""The judge's output comparison (`judge.compare`) on hand-made tensors: each failure it must
+"""The judge's output comparison (`judge.compare_many`) on hand-made tensors: each failure it must
 report, and the figures it returns."""
 
 import math
@@ -21,7 +21,7 @@ def one_output():
 
 
 def check(out, ref, **tol):
-    return judge.compare([out], {**TOL, **tol}, ref=[ref])
+    return judge.compare_many([([out], [ref])], {**TOL, **tol})[0]
 
 
 def test_matching_outputs_pass_with_their_errors_reported():
