@@ -10,7 +10,8 @@
 # with CUPTI, events and --no-sandbox, rmsnorm Triton launches, ncu, clocks and throttling),
 # modes (the matmul in bare processes with its inputs held four ways: matmul_modes.py),
 # repro (criteria (a) and (b) only: 5 CUPTI runs of each benchmark kernel, then ncu),
-# cupti (criterion (c): the profiler's start/stop/read costs: cupti_stop.py),
+# cupti (criterion (c): Kineto against kgcupti side by side, cupti_direct.py; KINETO_STOP=1 adds
+# cupti_stop.py),
 # ref (the reference corpus run alone; TIMING=events times it by events).
 # Every part packs its results into OUTDIR/results.tgz as it ends, so a later timeout loses nothing.
 set -u
@@ -97,7 +98,8 @@ if [ "$PART" = repro ]; then
 fi
 if [ "$PART" = cupti ]; then
   # Criterion (c): what starting, stopping and reading the CUDA activity profiler costs.
-  log cupti-stop; timeout 120 python3 $B/cupti_stop.py > "$OUT/r/cupti-stop.jsonl" 2> "$OUT/r/cupti-stop-err.txt"
+  log cupti-direct; timeout 240 python3 $B/cupti_direct.py > "$OUT/r/cupti-direct.jsonl" 2> "$OUT/r/cupti-direct-err.txt"
+  [ -n "${KINETO_STOP:-}" ] && { log cupti-stop; timeout 120 python3 $B/cupti_stop.py > "$OUT/r/cupti-stop.jsonl" 2> "$OUT/r/cupti-stop-err.txt"; }
 fi
 if [ "$PART" = overhead ]; then
   # Corpus wall time with and without the optional defence (the candidate sandbox), alternated.

@@ -60,7 +60,9 @@ def _guarded():
         "kgcommon.stash_outputs": kg.stash_outputs,
         "kgcommon.SealedSets": kg.SealedSets,
         "kgcommon.Channel": kg.Channel,
-        "torch._C._autograd._disable_profiler": torch._C._autograd._disable_profiler,
+        "kgcommon.kgcupti": kg.kgcupti,
+        "kgcupti.decode": kg.kgcupti.decode,
+        "kgcupti.RECORDER": kg.kgcupti.RECORDER,
         "torch.cuda.synchronize": torch.cuda.synchronize,
         "torch.cuda._sleep": getattr(torch.cuda, "_sleep", None),
         "torch.cuda.Event": torch.cuda.Event,
@@ -71,10 +73,14 @@ def _guarded():
         "candidate._hooks": _hooks,
     }
     for name, cls in (("kgcommon.SealedSets", kg.SealedSets), ("kgcommon.Channel", kg.Channel),
-                      ("torch.Tensor", torch.Tensor)):
+                      ("kgcupti.Recorder", kg.kgcupti.Recorder), ("torch.Tensor", torch.Tensor)):
         for k, v in vars(cls).items():
             if callable(v) or isinstance(v, (staticmethod, classmethod, property)):
                 out[f"{name}.{k}"] = v
+    # The recorder's library and callbacks (loaded at hello, before any solution code), not
+    # its record lists, which every start and stop replace.
+    for k in ("lib", "_req", "_done", "_lock", "_demangle"):
+        out[f"kgcupti.RECORDER.{k}"] = getattr(kg.kgcupti.RECORDER, k)
     if kg.CHANNEL:
         out["kgcommon.CHANNEL[0]"] = kg.CHANNEL[0]
         for k, v in vars(kg.CHANNEL[0]).items():
@@ -141,6 +147,7 @@ def op_hello(req):
         torch.cuda.set_device(dev)
         torch.zeros(1, device=dev)
         if req.get("cupti"):
+            kg.kgcupti.RECORDER.load()  # here, so the guarded snapshot below holds its library
             # CUPTI's one-time start-up (seconds) overlaps loading the solution; joined before
             # the first timed call (op_time_load), so no thread of ours runs while timing.
             import threading
@@ -522,7 +529,7 @@ if __name__ == "__main__":
 
     HOOKS_AT_START = {t for t in range(6) if getattr(sys, "monitoring", None) and sys.monitoring.get_tool(t) is not None}
     GC_CALLBACKS_AT_START = len(gc.callbacks)
-    GUARDED_CLASSES = ("kgcommon.SealedSets", "kgcommon.Channel", "torch.Tensor")
+    GUARDED_CLASSES = ("kgcommon.SealedSets", "kgcommon.Channel", "kgcupti.Recorder", "torch.Tensor")
     GUARDED = _guarded()
 
     faulthandler.enable()

@@ -17,6 +17,8 @@ import threading
 import time
 import traceback
 
+import kgcupti
+
 _DTYPES = None
 
 
@@ -482,8 +484,7 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
     so its next call reuses that memory just as a reference whose outputs are dropped does.
 
     cpu_wall: perf_counter around each synchronous call.
-    cupti: as device_event_sync, with the CUDA activity profiler (CUPTI) recording every device
-      activity; notes["cupti_ms"] gets each call's device span (cupti_spans), or
+    cupti: as device_event_sync, with CUPTI recording every device activity (kgcupti); notes["cupti_ms"] gets each call's device span (cupti_spans), or
       notes["cupti_fallback"] says why not. The returned times are the event times either way.
     device_event_sync: per iteration an L2 flush, a device-wide sync, a short spin kernel (so the
       start event and the call are queued before the GPU reaches them), a start event, the call,
@@ -630,7 +631,7 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
             overhead = statistics.median(empty)
         finally:
             t4 = time.perf_counter()
-            events = _cupti_stop() if recording else None
+            events, lost = _cupti_stop() if recording else (None, None)
         notes["bracket_overhead_ms"] = overhead
         notes["raw_median_ms"] = statistics.median(raw)
         # The current stream's share of the bracket, without the closing sync and its wake-up
@@ -642,7 +643,9 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
         # the CUPTI span counts the wait (bimodal small-kernel timings).
         notes["host_call_ms"] = {"median": statistics.median(host), "max": max(host)}
         t5 = time.perf_counter()
-        if events is not None:
+        if lost:
+            notes["cupti_fallback"] = lost
+        elif events is not None:
             late = []
             # One pass over the records for both readings (thousands of records a workload).
             parsed = _activities_and_spins(events, trailing=CALIBRATION_BRACKETS)
@@ -701,59 +704,53 @@ def warm_up(fn, dev, count, budget_s=None):
 
 
 def cupti_warmup(dev):
-    """Starts and stops the CUDA activity profiler once, so its one-time start-up (about a
-    second) never falls inside a workload's timing. Returns None, or why CUPTI is unusable."""
+    """Starts and stops CUPTI recording once, so its one-time start-up (about a second) never
+    falls inside a workload's timing, and checks that the records read back as they should: a
+    spin kernel and a device-to-device copy, in launch order, with their names and plausible
+    spans. Returns None, or why CUPTI is unusable."""
     import torch
 
     why = _cupti_start()
     if why:
         return why
-    torch.zeros(1, device=dev).add_(1)
+    a = torch.zeros(1 << 16, device=dev)
+    b = torch.empty_like(a)
     torch.cuda.synchronize()
-    ev = _cupti_stop()
-    if not any(_is_device_activity(e) for e in ev):
-        return "the CUDA activity profiler recorded no device activity"
+    torch.cuda._sleep(1000)
+    b.copy_(a)
+    torch.cuda.synchronize()
+    recs, why = _cupti_stop()
+    if why:
+        return why
+    return _records_check(recs)
+
+
+def _records_check(recs):
+    """Why the warm-up's records (a spin kernel, then a device-to-device copy) do not read as
+    expected, or None: the check that the record layout kgcupti reads matches the library."""
+    spins = [r for r in recs if "spin_kernel" in r[3]]
+    copies = [r for r in recs if r[3] == "Memcpy DtoD"]
+    if not spins or not copies:
+        names = sorted({r[3][:60] for r in recs})[:6]
+        return f"CUPTI records did not read as a spin kernel and a copy ({len(recs)} records: {names})"
+    s, c = spins[-1], copies[-1]
+    if not (0 < s[2] - s[1] < 10**9 and 0 <= c[2] - c[1] < 10**9):
+        return f"CUPTI records carry implausible spans (spin {s[1]}..{s[2]}, copy {c[1]}..{c[2]})"
+    if not s[0] < c[0]:
+        return f"CUPTI correlation ids are not in launch order (spin {s[0]}, copy {c[0]})"
+    if not s[2] <= c[1]:
+        return "CUPTI timestamps are not in launch order (the copy started before the spin ended)"
     return None
 
 
 def _cupti_start():
-    """Starts CUPTI activity recording through torch's low-level Kineto bindings (the
-    torch.profiler wrapper post-processes every event in Python, seconds per workload).
-    Returns None, or why it could not start."""
-    try:
-        from torch._C._autograd import _enable_profiler, _prepare_profiler
-        from torch._C._profiler import ProfilerActivity, ProfilerConfig, ProfilerState, _ExperimentalConfig
-
-        cfg = ProfilerConfig(ProfilerState.KINETO, False, False, False, False, False, _ExperimentalConfig())
-        acts = {ProfilerActivity.CUDA}
-        _prepare_profiler(cfg, acts)
-        _enable_profiler(cfg, acts)
-        return None
-    except Exception as e:
-        return f"CUDA activity profiler unavailable: {type(e).__name__}: {e}"
+    """Starts recording device activities (kgcupti). Returns None, or why it could not start."""
+    return kgcupti.RECORDER.start()
 
 
 def _cupti_stop():
-    try:
-        from torch._C._autograd import _disable_profiler
-
-        return list(_disable_profiler().events())
-    except Exception:
-        return []
-
-
-def _is_device_activity(e, cuda=None):
-    # The enum is compared, not its string: str() on each of thousands of records was most of
-    # the parse (2.9 us a record on the H200's host, cupti_stop.py). `cuda`: the enum value,
-    # looked up once by a caller that filters many records.
-    try:
-        if cuda is None:
-            from torch._C._autograd import DeviceType
-
-            cuda = DeviceType.CUDA
-        return e.device_type() == cuda and not e.is_user_annotation()
-    except Exception:
-        return False
+    """Stops recording; returns (records, why) as kgcupti.Recorder.stop does."""
+    return kgcupti.RECORDER.stop()
 
 
 def cupti_spans(events, count, spun, late=None, parsed=None):
@@ -792,15 +789,11 @@ def cupti_spans(events, count, spun, late=None, parsed=None):
 
 
 def _activities_and_spins(events, trailing=0):
-    """Device activities as (correlation id, start ns, end ns, name) in launch order, and the
-    positions of our spin kernels among them but the last `trailing` (the calibration
-    brackets' spins, recorded after the timed calls): each timed call lies between spins 2j
-    and 2j+1."""
-    from torch._C._autograd import DeviceType
-
-    cuda = DeviceType.CUDA
-    acts = sorted((int(e.correlation_id()), int(e.start_ns()), int(e.end_ns()), e.name())
-                  for e in events if _is_device_activity(e, cuda))
+    """Device activities (kgcupti's (correlation id, start ns, end ns, name) records) in launch
+    order, and the positions of our spin kernels among them but the last `trailing` (the
+    calibration brackets' spins, recorded after the timed calls): each timed call lies between
+    spins 2j and 2j+1."""
+    acts = sorted(events)
     spins = [k for k, a in enumerate(acts) if "spin_kernel" in a[3]]
     return acts, spins[:max(len(spins) - trailing, 0)]
 

@@ -4,6 +4,8 @@ use std::path::{Path, PathBuf};
 
 /// Shared helpers: protocol, device identity, clocks, timing.
 pub const KGCOMMON: &str = include_str!("../py/kgcommon.py");
+/// CUPTI device activity recording through ctypes.
+pub const KGCUPTI: &str = include_str!("../py/kgcupti.py");
 /// The trusted judge worker.
 pub const JUDGE: &str = include_str!("../py/judge.py");
 /// The untrusted candidate worker.
@@ -29,6 +31,7 @@ pub fn install(session_dir: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(&dir)?;
     for (name, text) in [
         ("kgcommon.py", KGCOMMON),
+        ("kgcupti.py", KGCUPTI),
         ("judge.py", JUDGE),
         ("candidate.py", CANDIDATE),
         ("probe.py", PROBE),

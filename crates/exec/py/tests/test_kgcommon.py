@@ -1,9 +1,11 @@
-"""Unit tests of the worker helpers that need no GPU: CUPTI record splitting and output stashes.
+"""Unit tests of the worker helpers that need no GPU: CUPTI record decoding and splitting, and
+output stashes.
 
-CUPTI records are modelled by small objects with the accessors torch's Kineto events have.
+CUPTI records are modelled as kgcupti returns them: (correlation id, start ns, end ns, name).
 """
 
 import os
+import struct
 import sys
 
 import pytest
@@ -11,32 +13,12 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import kgcommon as kg  # noqa: E402
+import kgcupti  # noqa: E402
 
 
-CUDA = torch._C._autograd.DeviceType.CUDA
-
-
-class Ev:
-    def __init__(self, corr, start, end, name, device=CUDA, annotation=False):
-        self.c, self.s, self.e, self.n, self.d, self.a = corr, start, end, name, device, annotation
-
-    def correlation_id(self):
-        return self.c
-
-    def start_ns(self):
-        return self.s
-
-    def end_ns(self):
-        return self.e
-
-    def name(self):
-        return self.n
-
-    def device_type(self):
-        return self.d
-
-    def is_user_annotation(self):
-        return self.a
+def Ev(corr, start, end, name):
+    """A device activity record as kgcupti returns it."""
+    return (corr, start, end, name)
 
 
 def call_records(corr, t, kernels, flush=True):
@@ -88,14 +70,6 @@ def test_host_work_that_delays_the_first_kernel_is_counted_from_the_spin_end():
     ev = records([[(30_000, 5_000)]])
     spans, _ = kg.cupti_spans(ev, 1, True)
     assert spans == pytest.approx([0.035])
-
-
-def test_host_and_annotation_records_are_ignored():
-    ev = records([[(1_000, 5_000)]])
-    ev.append(Ev(3, 0, 10**9, "aten::add", device=torch._C._autograd.DeviceType.CPU))
-    ev.append(Ev(3, 0, 10**9, "kg_user_range", annotation=True))
-    spans, _ = kg.cupti_spans(ev, 1, True)
-    assert spans == pytest.approx([0.005])
 
 
 def test_unsplittable_records_fall_back_with_a_reason():
@@ -335,18 +309,64 @@ def test_calibration_brackets_recorded_last_are_left_out():
     assert spans is None and "5 spin kernels" in why
 
 
-def test_real_kineto_records_carry_the_device_type_enum_the_filter_compares():
-    # CPU records from a real Kineto session (no GPU here): their device_type() is the enum
-    # _is_device_activity compares against, so a CUDA record's would be too.
-    from torch._C._autograd import DeviceType, _disable_profiler, _enable_profiler, _prepare_profiler
-    from torch._C._profiler import ProfilerActivity, ProfilerConfig, ProfilerState, _ExperimentalConfig
+def kernel_record(corr, start, end, name_ptr, size=200):
+    """Bytes laid out as CUpti_ActivityKernel4 and later (kind, start, end, correlation id,
+    name pointer at their offsets), with filler elsewhere."""
+    b = bytearray(b"\xa5" * size)
+    struct.pack_into("<I", b, 0, kgcupti.KIND_CONCURRENT_KERNEL)
+    struct.pack_into("<QQ", b, 16, start, end)
+    struct.pack_into("<I", b, 92, corr)
+    struct.pack_into("<Q", b, 104, name_ptr)
+    return b
 
-    cfg = ProfilerConfig(ProfilerState.KINETO, False, False, False, False, False, _ExperimentalConfig())
-    _prepare_profiler(cfg, {ProfilerActivity.CPU})
-    _enable_profiler(cfg, {ProfilerActivity.CPU})
-    torch.zeros(4).add_(1)
-    ev = list(_disable_profiler().events())
-    assert ev and all(e.device_type() == DeviceType.CPU for e in ev)
-    assert not any(kg._is_device_activity(e) for e in ev)
-    assert kg._is_device_activity(Ev(1, 0, 1, "k", device=DeviceType.CUDA))
-    assert not kg._is_device_activity(Ev(1, 0, 1, "k", device=DeviceType.CUDA, annotation=True))
+
+def copy_record(kind, corr, start, end, copy_kind=8, size=64):
+    b = bytearray(b"\x5a" * size)
+    struct.pack_into("<I", b, 0, kind)
+    b[4] = copy_kind
+    struct.pack_into("<QQ", b, 16, start, end)
+    struct.pack_into("<I", b, 44, corr)
+    return b
+
+
+def test_records_decode_at_the_cupti_offsets():
+    buf = kernel_record(7, 1_000, 6_000, 0xBEEF) + copy_record(kgcupti.KIND_MEMCPY, 8, 7_000, 9_000) \
+        + copy_record(kgcupti.KIND_MEMSET, 9, 9_500, 9_900) + copy_record(22, 10, 1, 2)
+    names = {0xBEEF: "void spin_kernel(long)"}
+    out = [kgcupti.decode(buf, off, names.__getitem__) for off in (0, 200, 264, 328)]
+    assert out == [(7, 1_000, 6_000, "void spin_kernel(long)"), (8, 7_000, 9_000, "Memcpy DtoD"),
+                   (9, 9_500, 9_900, "Memset"), None]
+    # a copy kind we have no name for keeps its number
+    assert kgcupti.decode(copy_record(kgcupti.KIND_MEMCPY, 1, 2, 3, copy_kind=99), 0, None)[3] == "Memcpy 99"
+
+
+def test_records_check_refuses_a_layout_that_reads_wrong():
+    good = [(5, 1_000, 2_000_000, "void at::cuda::spin_kernel(long)"), (6, 2_000_100, 2_000_300, "Memcpy DtoD")]
+    assert kg._records_check(good) is None
+    # names that do not read (a wrong name offset), nothing recorded
+    assert "did not read" in kg._records_check([(5, 1, 2, "?"), (6, 3, 4, "Memcpy DtoD")])
+    assert "did not read" in kg._records_check([])
+    # start and end read from the wrong place
+    assert "implausible" in kg._records_check([(5, 2_000, 1_000, good[0][3]), good[1]])
+    # correlation ids read from the wrong place: not in launch order
+    assert "launch order" in kg._records_check([(9, *good[0][1:]), good[1]])
+    assert "copy started before" in kg._records_check([good[0], (6, 1_500, 1_600, "Memcpy DtoD")])
+
+
+def test_demangler_reads_kernel_names_or_keeps_them():
+    d = kgcupti._demangler()
+    assert d("_Z11spin_kernell") == "spin_kernel(long)"
+    assert d("triton_poi_fused_add_0") == "triton_poi_fused_add_0"
+    assert d("_Znot a name") == "_Znot a name"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-only behaviour")
+def test_recorder_without_a_gpu_reports_why_it_cannot_record():
+    r = kgcupti.Recorder()
+    recs, why = r.stop()
+    assert recs == [] and "not started" in why
+    # torch's CUDA wheel brings libcupti, which refuses to record without a device (or, with a
+    # CPU-only torch, there is no library): either way a reason, never a silent empty recording
+    why = r.start()
+    assert why is not None and ("cuptiActivityEnable" in why or "libcupti not found" in why)
+    assert r.stop() == ([], "recording was not started")
