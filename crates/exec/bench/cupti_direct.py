@@ -142,6 +142,45 @@ def child(mode):
                           "span_us_min": round(min(sp), 3) if sp else None,
                           "names": sorted({a[3][:70] for a in acts})[:8]}), flush=True)
     if mode == "direct":
+        # Recording paused around the harness's own work (drawing a set before the flush, the
+        # output copy after the call): what a pause costs on the host, and the records saved.
+        import kgcupti
+
+        lib = kgcupti.RECORDER.lib
+        fn, out = calls["add_1m"]
+        for pause in (False, True):
+            toggle = []
+            start()
+            t1 = time.perf_counter()
+            for _ in range(CALLS):
+                a = torch.randn(1 << 20, device=dev)  # the set's draw
+                b = torch.randn(1 << 20, device=dev).to(torch.bfloat16).float()
+                flush.zero_()
+                torch.cuda.synchronize()
+                if pause:
+                    p0 = time.perf_counter()
+                    for kind in kgcupti.KINDS:
+                        lib.cuptiActivityEnable(kind)
+                    toggle.append((time.perf_counter() - p0) * 1e3)
+                torch.cuda._sleep(600_000)
+                r = torch.add(a, b)
+                torch.cuda.synchronize()
+                torch.cuda._sleep(1)
+                if pause:  # off from the closing spin to the next call's spin
+                    p0 = time.perf_counter()
+                    for kind in kgcupti.KINDS:
+                        lib.cuptiActivityDisable(kind)
+                    toggle.append((time.perf_counter() - p0) * 1e3)
+                out.copy_(r)
+            torch.cuda.synchronize()
+            t2 = time.perf_counter()
+            acts = read(stop())
+            t3 = time.perf_counter()
+            sp, nspin = spans(acts)
+            print(json.dumps({"mode": "direct", "pause": pause, "brackets_ms": round((t2 - t1) * 1e3, 3),
+                              "stop_read_ms": round((t3 - t2) * 1e3, 3), "records": len(acts), "spins": nspin,
+                              "calls_split": len(sp), "toggle_ms_median": round(statistics.median(toggle), 4) if toggle else None,
+                              "span_us_median": round(statistics.median(sp), 3) if sp else None}), flush=True)
         import kgcommon as kg
 
         print(json.dumps({"mode": "direct", "check": kg.cupti_warmup(dev), "library": kg.kgcupti.RECORDER.path}),

@@ -397,7 +397,11 @@ def op_prepare_rounds(req):
     """Prepares several correctness rounds in one request (`rounds`: one `prepare` request each),
     so a workload's rounds cost a few parent round trips, not three per round. `replies` holds
     one reply per round, in order, ending at the first that failed; every prepared round's
-    reference outputs are kept for `check_rounds`, the last round's inputs for timing."""
+    reference outputs are kept for `check_rounds`, the last round's inputs for timing.
+
+    `announce` (rounds to come), when the first round's inputs are drawn from its seed: the
+    reply's `announced` holds those rounds' draws too ({spec, seed}, as `input` will be), so
+    the parent can hand the candidate a later batch while this judge prepares it."""
     kept = {}
     replies = []
     for r in req["rounds"]:
@@ -407,7 +411,13 @@ def op_prepare_rounds(req):
             break
         kept[int(r["round"])] = STATE["ref_out"]["outputs"]
     STATE["ref_rounds"] = kept
-    return {"result": "ok", "replies": replies}
+    reply = {"result": "ok", "replies": replies}
+    drawn = replies[0].get("input") if replies else None
+    if drawn is not None and req.get("announce"):
+        uuid = req["rounds"][0]["workload"]["uuid"]
+        reply["announced"] = [{"spec": drawn["spec"], "seed": str(_derive_seed(uuid, int(n), "inputs"))}
+                              for n in req["announce"]]
+    return reply
 
 
 def op_check_rounds(req):
@@ -433,8 +443,10 @@ def op_check_rounds(req):
 
 
 # Reference calls whose host time (until `run` returns, no sync) the judge measures before
-# timing, after as many warm-up calls: the parent sizes the timed calls' spin kernel from it.
+# timing, after HOST_PROBE_WARMUP calls (the correctness rounds ran it already): the parent sizes
+# the timed calls' spin kernel from it.
 HOST_PROBE_CALLS = 5
+HOST_PROBE_WARMUP = 2
 
 
 def reference_host_ms(cupti):
@@ -449,12 +461,12 @@ def reference_host_ms(cupti):
     recording = bool(cupti) and kg._cupti_start() is None
     times = []
     try:
-        for i in range(2 * HOST_PROBE_CALLS):
+        for i in range(HOST_PROBE_WARMUP + HOST_PROBE_CALLS):
             args = [_clone(x) for x in inputs]
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             fn(*args)
-            if i >= HOST_PROBE_CALLS:
+            if i >= HOST_PROBE_WARMUP:
                 times.append((time.perf_counter() - t0) * 1e3)
             torch.cuda.synchronize()
     except Exception:

@@ -569,7 +569,7 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
         # Host time per part of the bracket (ms): where a workload's timing time goes.
         cost = {"pre": [], "post": []}
 
-        def bracket(fn, count, post=None, mark=False, pre=None, host=None):
+        def bracket(fn, count, post=None, mark=False, pre=None, host=None, cycles=spin_cycles, flushed=True):
             # host, when given, gets each call's host time until it returns (its launch time).
             # Returns (bracket times, stream times): the latter end at an event recorded on the
             # current stream as the call returns, with no host sync in between.
@@ -581,10 +581,11 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
                     p0 = time.perf_counter()
                     pre(i)  # e.g. decrypting call i's inputs: before the flush, never timed
                     cost["pre"].append((time.perf_counter() - p0) * 1e3)
-                flush.zero_()
+                if flushed:
+                    flush.zero_()
                 torch.cuda.synchronize()
                 if spin is not None:
-                    spin(spin_cycles)
+                    spin(cycles)
                 starts[i].record()
                 h0 = time.perf_counter()
                 r = fn(i)
@@ -627,7 +628,13 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
                                       mark=recording and spin is not None, pre=lambda i: arg_sets[i % n], host=host)
             t3 = time.perf_counter()
             busy_s = min(statistics.median(host), CALIBRATION_SPIN_SHARE * spin_us / 1e3) / 1e3
-            empty, empty_stream = bracket(lambda i: _busy_wait(busy_s), CALIBRATION_BRACKETS)
+            # What is measured starts as the spin ends, so the calibration's spin need only
+            # outlast its host busy time (no flush either: it comes before the first sync);
+            # a 600 us spin for host-bound references made the calibration a fifth of the
+            # workload's harness time (H200, session 9).
+            cal_us = min(spin_us, busy_s * 1e6 + CALIBRATION_SPIN_MARGIN_US)
+            empty, empty_stream = bracket(lambda i: _busy_wait(busy_s), CALIBRATION_BRACKETS,
+                                          cycles=int(cal_us * SPIN_CYCLES_PER_US), flushed=False)
             overhead = statistics.median(empty)
         finally:
             t4 = time.perf_counter()
@@ -674,9 +681,11 @@ SPIN_US_DEFAULT = 150.0  # engine.rs SPIN_MIN_US
 SPIN_CYCLES_PER_US = 2_000
 
 # Brackets measured to subtract the bracket's own cost from event times (time_calls).
-CALIBRATION_BRACKETS = 10
+CALIBRATION_BRACKETS = 5
 # Their host busy time is the timed calls' median host time, at most this share of the spin.
 CALIBRATION_SPIN_SHARE = 0.8
+# Their spin outlasts that busy time by this much (never longer than the timed calls' spin).
+CALIBRATION_SPIN_MARGIN_US = 100.0
 
 
 def _busy_wait(seconds):

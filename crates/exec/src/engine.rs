@@ -693,14 +693,72 @@ impl Session {
         let Some(j) = self.judge.as_mut() else {
             return Err(JudgeFail::Other("judge not running".into()));
         };
+        let r = Self::ask_judge(j, req, deadline, &self.cancel);
+        self.judge_reply(r)
+    }
+
+    /// [`Session::judge_request`] on another thread while `other` runs on this one (the
+    /// candidate's half of a correctness batch), so the two workers' untimed work overlaps.
+    /// Returns the judge's reply, how long the judge took, and what `other` returned.
+    fn judge_request_during<T>(
+        &mut self,
+        req: &Value,
+        deadline: Instant,
+        other: impl FnOnce(&Self) -> T,
+    ) -> (Result<Value, JudgeFail>, Duration, T) {
+        let Some(mut j) = self.judge.take() else {
+            let t = other(self);
+            return (
+                Err(JudgeFail::Other("judge not running".into())),
+                Duration::ZERO,
+                t,
+            );
+        };
+        let cancel = self.cancel.clone();
+        let (r, took, t) = std::thread::scope(|s| {
+            let h = s.spawn(|| {
+                let t0 = Instant::now();
+                let r = Self::ask_judge(&mut j, req, deadline, &cancel);
+                (r, t0.elapsed())
+            });
+            let t = other(self);
+            match h.join() {
+                Ok((r, took)) => (Some(r), took, t),
+                Err(_) => (None, Duration::ZERO, t),
+            }
+        });
+        self.judge = Some(j);
+        let r = match r {
+            Some(r) => self.judge_reply(r),
+            None => Err(JudgeFail::Other(
+                "the thread waiting on the judge panicked".into(),
+            )),
+        };
+        (r, took, t)
+    }
+
+    fn ask_judge(
+        j: &mut Worker,
+        req: &Value,
+        deadline: Instant,
+        cancel: &CancelToken,
+    ) -> Result<Value, WorkerError> {
         // The judge's only aside: the reference's timed calls make the same per-call round trip
         // to us as the candidate's key requests, so both sides are timed alike.
         let mut echo = |_: &Value| json!({"result": "ok"});
-        match j.request_with(req, deadline, &self.cancel, &mut echo) {
+        j.request_with(req, deadline, cancel, &mut echo)
+    }
+
+    fn judge_reply(&mut self, r: Result<Value, WorkerError>) -> Result<Value, JudgeFail> {
+        match r {
             Ok(v) => Ok(v),
             Err(WorkerError::Cancelled) => Err(JudgeFail::Cancelled),
             Err(e) => {
-                let log = j.take_log();
+                let log = self
+                    .judge
+                    .as_ref()
+                    .map(Worker::take_log)
+                    .unwrap_or_default();
                 self.judge_setup_for = None;
                 Err(JudgeFail::Other(format!("judge worker: {e}\n{log}")))
             }
@@ -1143,6 +1201,9 @@ impl Session {
         let per_batch = rounds_per_batch(problem, w);
         let mut batches = 0u32;
         let mut next = 0u32;
+        // With round 0's reply: the draws of the rounds after it (inputs drawn from seeds).
+        let mut announced: Option<Vec<Value>> = None;
+        let mut overlapped = 0u32;
         while next < rounds {
             let batch: Vec<u32> = if next == 0 {
                 vec![0]
@@ -1168,9 +1229,44 @@ impl Session {
                         req
                     })
                     .collect();
-                let req = json!({"op": "prepare_rounds", "rounds": reqs});
+                let mut req = json!({"op": "prepare_rounds", "rounds": reqs});
+                if batch[0] == 0 && generate && rounds > 1 {
+                    req["announce"] = json!((1..rounds).collect::<Vec<u32>>());
+                }
+                let run_of = |inputs: &[Value], compare: bool| {
+                    let runs: Vec<Value> = batch
+                        .iter()
+                        .zip(inputs)
+                        .map(|(&round, input)| {
+                            json!({"round": round, "in": input, "outputs": outputs,
+                                   "digest": compare && round == 0})
+                        })
+                        .collect();
+                    json!({"op": "run_rounds", "runs": runs, "out": out})
+                };
+                // A later batch of drawn inputs: the candidate runs it (on the draws the judge
+                // announced with round 0) while the judge prepares it; neither is timed.
+                let early: Option<Vec<Value>> =
+                    announced.as_ref().filter(|_| generate).and_then(|a| {
+                        batch
+                            .iter()
+                            .map(|&r| a.get(r as usize - 1).cloned())
+                            .collect()
+                    });
                 let t_op = Instant::now();
-                let r = self.judge_request(&req, deadline);
+                let (r, judge_took, early_run) = match &early {
+                    Some(inputs) if batch[0] > 0 => {
+                        let run = run_of(inputs, false);
+                        let (r, took, c) = self.judge_request_during(&req, deadline, |s| {
+                            let t = Instant::now();
+                            (s.candidate_call(cand, &run, deadline), t.elapsed())
+                        });
+                        overlapped += 1;
+                        (r, took, Some(c))
+                    }
+                    _ => (self.judge_request(&req, deadline), t_op.elapsed(), None),
+                };
+                let judge_ms = judge_took.as_secs_f64() * 1e3;
                 let r = match r {
                     Ok(r) if reply_ok(&r) => r,
                     Ok(r) => {
@@ -1185,7 +1281,7 @@ impl Session {
                     }
                 };
                 let replies = replies_of(&r, "replies");
-                costs.add("judge prepare", t_op, &replies);
+                costs.add_ms("judge prepare", judge_ms, &replies);
                 if let Some(bad) = replies.iter().find(|r| !reply_ok(r)) {
                     return Ok(Outcome::fail(Status::InvalidReference, reply_message(bad)));
                 }
@@ -1196,6 +1292,9 @@ impl Session {
                     batch.len(),
                 ) {
                     return Ok(o);
+                }
+                if batch[0] == 0 {
+                    announced = r.get("announced").and_then(Value::as_array).cloned();
                 }
                 // Round 0 of drawn inputs: both sides' bytes are compared.
                 let compare =
@@ -1210,24 +1309,30 @@ impl Session {
                             .unwrap_or_else(|| json!(inp))
                     })
                     .collect();
-                let runs: Vec<Value> = batch
-                    .iter()
-                    .zip(&inputs)
-                    .map(|(&round, input)| {
-                        json!({"round": round, "in": input, "outputs": outputs,
-                               "digest": compare && round == 0})
-                    })
-                    .collect();
-                let run = json!({"op": "run_rounds", "runs": runs, "out": out});
-                let t_op = Instant::now();
-                let cr = match self.candidate_call(cand, &run, deadline)? {
+                let (cr, run_ms) = match early_run {
+                    Some((cr, took)) => {
+                        if early.as_deref() != Some(&inputs[..]) {
+                            return Ok(Outcome::fail(
+                                Status::RuntimeError,
+                                "the judge's round inputs differ from those it announced with round 0",
+                            ));
+                        }
+                        (cr, took.as_secs_f64() * 1e3)
+                    }
+                    None => {
+                        let t = Instant::now();
+                        let cr = self.candidate_call(cand, &run_of(&inputs, compare), deadline);
+                        (cr, t.elapsed().as_secs_f64() * 1e3)
+                    }
+                };
+                let cr = match cr? {
                     Err(o) => return Ok(o),
                     Ok(cr) => cr,
                 };
                 let creplies = replies_of(&cr, "replies");
-                costs.add(
+                costs.add_ms(
                     "candidate run",
-                    t_op,
+                    run_ms,
                     creplies.iter().chain(std::iter::once(&cr)),
                 );
                 for (round, c) in batch.iter().zip(&creplies) {
@@ -1446,7 +1551,7 @@ impl Session {
         }
         log.push_str(&format!("harness: round inputs: {round_inputs}\n"));
         log.push_str(&format!(
-            "harness: correctness round costs (ms, summed over {rounds} rounds in {batches} batches): {}\n",
+            "harness: correctness round costs (ms, summed over {rounds} rounds in {batches} batches, {overlapped} run while the judge prepared it): {}\n",
             costs.line()
         ));
         if let Some(h) = tr.get("handover").and_then(Value::as_str) {
@@ -1727,8 +1832,18 @@ impl RoundCosts {
         started: Instant,
         replies: impl IntoIterator<Item = &'a Value>,
     ) {
+        self.add_ms(op, started.elapsed().as_secs_f64() * 1e3, replies);
+    }
+
+    /// [`RoundCosts::add`] for a request that took `wall_ms`.
+    fn add_ms<'a>(
+        &mut self,
+        op: &'static str,
+        wall_ms: f64,
+        replies: impl IntoIterator<Item = &'a Value>,
+    ) {
         let e = self.ops.entry(op).or_default();
-        e.0 += started.elapsed().as_secs_f64() * 1e3;
+        e.0 += wall_ms;
         for parts in replies
             .into_iter()
             .filter_map(|r| r.get("ms").and_then(Value::as_object))

@@ -97,3 +97,30 @@ def test_rounds_compared_together_report_each_rounds_own_figures():
     bad_i = [torch.ones(4), torch.tensor([0, 1, 2, 4])]
     res = judge.compare_many([(r, r), (bad_i, r)], TOL)
     assert res[1]["status"] == "INCORRECT_NUMERICAL" and "output `i`" in res[1]["message"]
+
+
+def test_round_zero_announces_the_draws_later_rounds_then_use(tmp_path):
+    # The parent hands the candidate a later batch on these announced draws while the judge
+    # prepares it, and refuses the batch if the judge's own draws differ: they must agree.
+    class Module:
+        @staticmethod
+        def run(x):
+            return x * 2
+
+    judge.STATE.update(definition={"inputs": {"x": {"dtype": "float32"}}, "outputs": {"y": {"dtype": "float32"}}},
+                       module=Module, seed=1234)
+    w = {"uuid": "w-1", "inputs": {"x": {"type": "random"}}}
+
+    def req(n):
+        return {"workload": w, "round": n, "path": str(tmp_path / f"in_{n}.pt"), "input_shapes": {"x": [5]},
+                "output_shapes": {"y": [5]}, "axes": {}, "generate": True, "digest": n == 0}
+
+    first = judge.op_prepare_rounds({"rounds": [req(0)], "announce": [1, 2, 3]})
+    assert first["result"] == "ok" and len(first["announced"]) == 3
+    later = judge.op_prepare_rounds({"rounds": [req(1), req(2), req(3)]})
+    assert [r["input"] for r in later["replies"]] == first["announced"]
+    assert len({a["seed"] for a in first["announced"]}) == 3  # each round its own draw
+    # inputs that travel as files (the candidate's draws did not match) announce nothing
+    files = judge.op_prepare_rounds({"rounds": [dict(req(0), generate=False)], "announce": [1]})
+    assert files["replies"][0]["result"] == "ok" and "input" not in files["replies"][0], files
+    assert "announced" not in files
