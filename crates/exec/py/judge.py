@@ -397,11 +397,7 @@ def op_prepare_rounds(req):
     """Prepares several correctness rounds in one request (`rounds`: one `prepare` request each),
     so a workload's rounds cost a few parent round trips, not three per round. `replies` holds
     one reply per round, in order, ending at the first that failed; every prepared round's
-    reference outputs are kept for `check_rounds`, the last round's inputs for timing.
-
-    `announce` (rounds to come), when the first round's inputs are drawn from its seed: the
-    reply's `announced` holds those rounds' draws too ({spec, seed}, as `input` will be), so
-    the parent can hand the candidate a later batch while this judge prepares it."""
+    reference outputs are kept for `check_rounds`, the last round's inputs for timing."""
     kept = {}
     replies = []
     for r in req["rounds"]:
@@ -411,13 +407,19 @@ def op_prepare_rounds(req):
             break
         kept[int(r["round"])] = STATE["ref_out"]["outputs"]
     STATE["ref_rounds"] = kept
-    reply = {"result": "ok", "replies": replies}
-    drawn = replies[0].get("input") if replies else None
-    if drawn is not None and req.get("announce"):
-        uuid = req["rounds"][0]["workload"]["uuid"]
-        reply["announced"] = [{"spec": drawn["spec"], "seed": str(_derive_seed(uuid, int(n), "inputs"))}
-                              for n in req["announce"]]
-    return reply
+    return {"result": "ok", "replies": replies}
+
+
+def op_draws(req):
+    """What the candidate draws each of `rounds` from ({spec, seed}, as `prepare` will hand
+    it), so the parent can hand a batch to the candidate while this judge prepares it; `draws`
+    is None when an input is custom or read from a file (those rounds travel as files)."""
+    w = req["workload"]
+    spec = random_spec(w, req["input_shapes"])
+    if spec is None:
+        return {"result": "ok", "draws": None}
+    return {"result": "ok", "draws": [{"spec": spec, "seed": str(_derive_seed(w["uuid"], int(n), "inputs"))}
+                                      for n in req["rounds"]]}
 
 
 def op_check_rounds(req):
@@ -473,7 +475,7 @@ def reference_host_ms(cupti):
         return None
     finally:
         if recording:
-            kg._cupti_stop()
+            kg._cupti_stop(keep=False)  # on for its callbacks' cost only
     return statistics.median(times)
 
 
@@ -699,6 +701,7 @@ if __name__ == "__main__":
         "setup": op_setup,
         "prepare": op_prepare,
         "prepare_rounds": op_prepare_rounds,
+        "draws": op_draws,
         "check_rounds": op_check_rounds,
         "time_reference": op_time_reference,
         "prepare_timed": op_prepare_timed,

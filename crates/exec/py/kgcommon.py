@@ -573,6 +573,7 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
             # host, when given, gets each call's host time until it returns (its launch time).
             # Returns (bracket times, stream times): the latter end at an event recorded on the
             # current stream as the call returns, with no host sync in between.
+            paused = False
             starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
             mids = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
             ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
@@ -585,6 +586,8 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
                     flush.zero_()
                 torch.cuda.synchronize()
                 if spin is not None:
+                    if paused:
+                        kgcupti.RECORDER.resume()
                     spin(cycles)
                 starts[i].record()
                 h0 = time.perf_counter()
@@ -596,11 +599,17 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
                 ends[i].record()
                 if mark:
                     spin(1)  # closes this call's CUPTI records before our own copies in `post`
+                    # Off until the next call's spin: the stash copy, the next set's draw and
+                    # the flush make no records (a third of them, for a one-kernel call).
+                    kgcupti.RECORDER.pause()
+                    paused = True
                 if post is not None:
                     p0 = time.perf_counter()
                     post(i, r)
                     cost["post"].append((time.perf_counter() - p0) * 1e3)
                 del r
+            if paused:
+                kgcupti.RECORDER.resume()  # the calibration brackets run under the same recording
             torch.cuda.synchronize()
             return ([s.elapsed_time(e) for s, e in zip(starts, ends)],
                     [s.elapsed_time(m) for s, m in zip(starts, mids)])
@@ -757,9 +766,9 @@ def _cupti_start():
     return kgcupti.RECORDER.start()
 
 
-def _cupti_stop():
+def _cupti_stop(keep=True):
     """Stops recording; returns (records, why) as kgcupti.Recorder.stop does."""
-    return kgcupti.RECORDER.stop()
+    return kgcupti.RECORDER.stop(keep)
 
 
 def cupti_spans(events, count, spun, late=None, parsed=None):

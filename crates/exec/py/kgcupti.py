@@ -112,6 +112,7 @@ class Recorder:
         self._names = {}
         self._demangle = _demangler()
         self._on = False
+        self._discard = False
 
     def load(self):
         """Loads libcupti and registers the buffer callbacks. Returns None or why not."""
@@ -160,7 +161,7 @@ class Recorder:
         addr = ctypes.cast(buf, ctypes.c_void_p).value
         b = self._held.pop(addr, None)
         out = []
-        if b is not None and valid:
+        if b is not None and valid and not self._discard:
             rec = ctypes.c_void_p()
             while self.lib.cuptiActivityGetNextRecord(buf, valid, ctypes.byref(rec)) == 0:
                 r = decode(b, rec.value - addr, self._name)
@@ -197,16 +198,31 @@ class Recorder:
         self._on = True
         return None
 
-    def stop(self):
+    def pause(self):
+        """Stops recording new activities until resume() (about 10 us on an H200's host; the
+        harness's own work between timed calls then makes no records to read)."""
+        for k in KINDS:
+            self.lib.cuptiActivityDisable(k)
+
+    def resume(self):
+        for k in KINDS:
+            self.lib.cuptiActivityEnable(k)
+
+    def stop(self, keep=True):
         """Stops recording (the caller has synchronised the device) and returns (records, why):
         the device activities as (correlation id, start ns, end ns, name), unsorted, and why
-        they are incomplete (records CUPTI dropped) or None."""
+        they are incomplete (records CUPTI dropped) or None. keep=False: the records are
+        dropped unread (a recording that only had to be on)."""
         if not self._on:
             return [], "recording was not started"
         self._on = False
         for k in KINDS:
             self.lib.cuptiActivityDisable(k)
-        rc = self.lib.cuptiActivityFlushAll(FLUSH_FORCED)
+        self._discard = not keep
+        try:
+            rc = self.lib.cuptiActivityFlushAll(FLUSH_FORCED)
+        finally:
+            self._discard = False
         with self._lock:
             recs, dropped = self._records, self._dropped
             self._records, self._dropped = [], 0

@@ -839,6 +839,29 @@ impl Session {
         })
     }
 
+    /// What the candidate draws each of the workload's `rounds` correctness rounds from, as the
+    /// judge announces it (None when an input travels as a file, or the judge could not say:
+    /// the rounds then go as files, one batch after the other).
+    fn round_draws(
+        &mut self,
+        w: &LoadedWorkload,
+        rounds: u32,
+        deadline: Instant,
+    ) -> Result<Option<Vec<Value>>, ExecError> {
+        let req = json!({"op": "draws", "workload": w.workload,
+                         "input_shapes": shapes_json(&w.resolved.inputs),
+                         "rounds": (0..rounds).collect::<Vec<u32>>()});
+        match self.judge_request(&req, deadline) {
+            Ok(r) => Ok(r
+                .get("draws")
+                .and_then(Value::as_array)
+                .filter(|d| d.len() == rounds as usize)
+                .cloned()),
+            Err(JudgeFail::Cancelled) => Err(ExecError::Cancelled),
+            Err(JudgeFail::Other(_)) => Ok(None),
+        }
+    }
+
     fn output_specs(problem: &Problem, w: &LoadedWorkload) -> Value {
         let v: Vec<Value> = problem
             .definition
@@ -1192,178 +1215,156 @@ impl Session {
         let mut last_in = Value::Null;
         let mut costs = RoundCosts::default();
         // Round inputs that are all random or scalar are drawn by the candidate from the round's
-        // seed (no bytes move); round 0 compares both sides' bytes once, and files are used
-        // for the rest of the workload when they differ.
-        let mut generate = true;
+        // seed (no bytes move): the judge announces the draws first, and each batch then runs in
+        // the candidate while the judge prepares it (neither is timed). Round 0's bytes are
+        // compared on both sides; when they differ, the rounds restart with inputs as files,
+        // written by the judge before each batch runs.
         let mut round_inputs = "files (an input is custom or read from a file)";
-        // Round 0 goes alone (its byte comparison decides how later rounds' inputs travel);
-        // the rest go in batches of one request per worker each, within a byte budget.
+        let mut draws = self.round_draws(w, rounds, deadline)?;
         let per_batch = rounds_per_batch(problem, w);
         let mut batches = 0u32;
-        let mut next = 0u32;
-        // With round 0's reply: the draws of the rounds after it (inputs drawn from seeds).
-        let mut announced: Option<Vec<Value>> = None;
         let mut overlapped = 0u32;
+        let mut next = 0u32;
         while next < rounds {
-            let batch: Vec<u32> = if next == 0 {
-                vec![0]
-            } else {
-                (next..rounds.min(next + per_batch)).collect()
-            };
-            next += batch.len() as u32;
+            let batch: Vec<u32> = (next..rounds.min(next + per_batch)).collect();
             batches += 1;
             let out = xfer.join(format!("out_{}.pt", batch[0]));
             let ins: Vec<PathBuf> = batch
                 .iter()
                 .map(|r| xfer.join(format!("in_{r}.pt")))
                 .collect();
-            let mut inputs: Vec<Value>;
-            loop {
-                let reqs: Vec<Value> = batch
+            let generate = draws.is_some();
+            let reqs: Vec<Value> = batch
+                .iter()
+                .zip(&ins)
+                .map(|(&round, inp)| {
+                    let mut req = self.prepare_request(problem, w, round, inp);
+                    req["generate"] = json!(generate);
+                    req["digest"] = json!(generate && round == 0);
+                    req
+                })
+                .collect();
+            let req = json!({"op": "prepare_rounds", "rounds": reqs});
+            let run_of = |inputs: &[Value]| {
+                let runs: Vec<Value> = batch
                     .iter()
-                    .zip(&ins)
-                    .map(|(&round, inp)| {
-                        let mut req = self.prepare_request(problem, w, round, inp);
-                        req["generate"] = json!(generate);
-                        req["digest"] = json!(round == 0);
-                        req
+                    .zip(inputs)
+                    .map(|(&round, input)| {
+                        json!({"round": round, "in": input, "outputs": outputs,
+                               "digest": generate && round == 0})
                     })
                     .collect();
-                let mut req = json!({"op": "prepare_rounds", "rounds": reqs});
-                if batch[0] == 0 && generate && rounds > 1 {
-                    req["announce"] = json!((1..rounds).collect::<Vec<u32>>());
-                }
-                let run_of = |inputs: &[Value], compare: bool| {
-                    let runs: Vec<Value> = batch
-                        .iter()
-                        .zip(inputs)
-                        .map(|(&round, input)| {
-                            json!({"round": round, "in": input, "outputs": outputs,
-                                   "digest": compare && round == 0})
-                        })
-                        .collect();
-                    json!({"op": "run_rounds", "runs": runs, "out": out})
-                };
-                // A later batch of drawn inputs: the candidate runs it (on the draws the judge
-                // announced with round 0) while the judge prepares it; neither is timed.
-                let early: Option<Vec<Value>> =
-                    announced.as_ref().filter(|_| generate).and_then(|a| {
-                        batch
-                            .iter()
-                            .map(|&r| a.get(r as usize - 1).cloned())
-                            .collect()
-                    });
-                let t_op = Instant::now();
-                let (r, judge_took, early_run) = match &early {
-                    Some(inputs) if batch[0] > 0 => {
-                        let run = run_of(inputs, false);
-                        let (r, took, c) = self.judge_request_during(&req, deadline, |s| {
-                            let t = Instant::now();
-                            (s.candidate_call(cand, &run, deadline), t.elapsed())
-                        });
-                        overlapped += 1;
-                        (r, took, Some(c))
-                    }
-                    _ => (self.judge_request(&req, deadline), t_op.elapsed(), None),
-                };
-                let judge_ms = judge_took.as_secs_f64() * 1e3;
-                let r = match r {
-                    Ok(r) if reply_ok(&r) => r,
-                    Ok(r) => {
-                        return Ok(Outcome::fail(Status::InvalidReference, reply_message(&r)));
-                    }
-                    Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
-                    Err(JudgeFail::Other(m)) => {
-                        return Ok(Outcome::fail(
-                            Status::InvalidReference,
-                            format!("the reference failed: {m}"),
-                        ));
-                    }
-                };
-                let replies = replies_of(&r, "replies");
-                costs.add_ms("judge prepare", judge_ms, &replies);
-                if let Some(bad) = replies.iter().find(|r| !reply_ok(r)) {
-                    return Ok(Outcome::fail(Status::InvalidReference, reply_message(bad)));
-                }
-                if let Some(o) = short_batch(
-                    Status::InvalidReference,
-                    "the judge prepared",
-                    replies.len(),
-                    batch.len(),
-                ) {
-                    return Ok(o);
-                }
-                if batch[0] == 0 {
-                    announced = r.get("announced").and_then(Value::as_array).cloned();
-                }
-                // Round 0 of drawn inputs: both sides' bytes are compared.
-                let compare =
-                    batch[0] == 0 && replies[0].get("input").is_some_and(Value::is_object);
-                inputs = replies
+                json!({"op": "run_rounds", "runs": runs, "out": out})
+            };
+            let drawn: Option<Vec<Value>> = draws.as_ref().map(|d| {
+                batch
                     .iter()
-                    .zip(&ins)
-                    .map(|(r, inp)| {
-                        r.get("input")
-                            .filter(|v| v.is_object())
-                            .cloned()
-                            .unwrap_or_else(|| json!(inp))
-                    })
-                    .collect();
-                let (cr, run_ms) = match early_run {
-                    Some((cr, took)) => {
-                        if early.as_deref() != Some(&inputs[..]) {
-                            return Ok(Outcome::fail(
-                                Status::RuntimeError,
-                                "the judge's round inputs differ from those it announced with round 0",
-                            ));
-                        }
-                        (cr, took.as_secs_f64() * 1e3)
-                    }
-                    None => {
+                    .filter_map(|&r| d.get(r as usize).cloned())
+                    .collect()
+            });
+            let t_op = Instant::now();
+            let (r, judge_took, early_run) = match &drawn {
+                Some(inputs) => {
+                    let run = run_of(inputs);
+                    let (r, took, c) = self.judge_request_during(&req, deadline, |s| {
                         let t = Instant::now();
-                        let cr = self.candidate_call(cand, &run_of(&inputs, compare), deadline);
-                        (cr, t.elapsed().as_secs_f64() * 1e3)
-                    }
-                };
-                let cr = match cr? {
-                    Err(o) => return Ok(o),
-                    Ok(cr) => cr,
-                };
-                let creplies = replies_of(&cr, "replies");
-                costs.add_ms(
-                    "candidate run",
-                    run_ms,
-                    creplies.iter().chain(std::iter::once(&cr)),
-                );
-                for (round, c) in batch.iter().zip(&creplies) {
-                    if let Some(m) = c.get("reward_hack").and_then(Value::as_str) {
+                        (s.candidate_call(cand, &run, deadline), t.elapsed())
+                    });
+                    overlapped += 1;
+                    (r, took, Some(c))
+                }
+                None => (self.judge_request(&req, deadline), t_op.elapsed(), None),
+            };
+            let r = match r {
+                Ok(r) if reply_ok(&r) => r,
+                Ok(r) => {
+                    return Ok(Outcome::fail(Status::InvalidReference, reply_message(&r)));
+                }
+                Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
+                Err(JudgeFail::Other(m)) => {
+                    return Ok(Outcome::fail(
+                        Status::InvalidReference,
+                        format!("the reference failed: {m}"),
+                    ));
+                }
+            };
+            let replies = replies_of(&r, "replies");
+            costs.add_ms("judge prepare", judge_took.as_secs_f64() * 1e3, &replies);
+            if let Some(bad) = replies.iter().find(|r| !reply_ok(r)) {
+                return Ok(Outcome::fail(Status::InvalidReference, reply_message(bad)));
+            }
+            if let Some(o) = short_batch(
+                Status::InvalidReference,
+                "the judge prepared",
+                replies.len(),
+                batch.len(),
+            ) {
+                return Ok(o);
+            }
+            let mut inputs: Vec<Value> = replies
+                .iter()
+                .zip(&ins)
+                .map(|(r, inp)| {
+                    r.get("input")
+                        .filter(|v| v.is_object())
+                        .cloned()
+                        .unwrap_or_else(|| json!(inp))
+                })
+                .collect();
+            let (cr, run_ms) = match early_run {
+                Some((cr, took)) => {
+                    if drawn.as_deref() != Some(&inputs[..]) {
                         return Ok(Outcome::fail(
-                            Status::RewardHack,
-                            format!("round {round}: {m}"),
+                            Status::RuntimeError,
+                            "the judge's round inputs differ from the draws it announced",
                         ));
                     }
+                    (cr, took.as_secs_f64() * 1e3)
                 }
-                if let Some(o) = short_batch(
-                    Status::RuntimeError,
-                    "the candidate answered",
-                    creplies.len(),
-                    batch.len(),
-                ) {
-                    return Ok(o);
+                None => {
+                    let t = Instant::now();
+                    let cr = self.candidate_call(cand, &run_of(&inputs), deadline);
+                    (cr, t.elapsed().as_secs_f64() * 1e3)
                 }
-                if compare {
-                    if creplies[0].get("digest").and_then(Value::as_str)
-                        != replies[0].get("digest").and_then(Value::as_str)
-                    {
-                        generate = false;
-                        round_inputs =
-                            "files (the candidate's generator did not reproduce round 0's inputs)";
-                        continue;
-                    }
-                    round_inputs = "drawn in the candidate from each round's seed";
+            };
+            let cr = match cr? {
+                Err(o) => return Ok(o),
+                Ok(cr) => cr,
+            };
+            let creplies = replies_of(&cr, "replies");
+            costs.add_ms(
+                "candidate run",
+                run_ms,
+                creplies.iter().chain(std::iter::once(&cr)),
+            );
+            for (round, c) in batch.iter().zip(&creplies) {
+                if let Some(m) = c.get("reward_hack").and_then(Value::as_str) {
+                    return Ok(Outcome::fail(
+                        Status::RewardHack,
+                        format!("round {round}: {m}"),
+                    ));
                 }
-                break;
             }
+            if let Some(o) = short_batch(
+                Status::RuntimeError,
+                "the candidate answered",
+                creplies.len(),
+                batch.len(),
+            ) {
+                return Ok(o);
+            }
+            if generate && batch[0] == 0 {
+                if creplies[0].get("digest").and_then(Value::as_str)
+                    != replies[0].get("digest").and_then(Value::as_str)
+                {
+                    draws = None;
+                    round_inputs =
+                        "files (the candidate's generator did not reproduce round 0's inputs)";
+                    continue;
+                }
+                round_inputs = "drawn in the candidate from each round's seed";
+            }
+            next += batch.len() as u32;
             let check =
                 json!({"op": "check_rounds", "rounds": batch, "path": out, "tolerance": tol_json});
             let t_op = Instant::now();
@@ -1551,7 +1552,7 @@ impl Session {
         }
         log.push_str(&format!("harness: round inputs: {round_inputs}\n"));
         log.push_str(&format!(
-            "harness: correctness round costs (ms, summed over {rounds} rounds in {batches} batches, {overlapped} run while the judge prepared it): {}\n",
+            "harness: correctness round costs (ms, summed over {rounds} rounds in {batches} batch(es), {overlapped} of them run in the candidate while the judge prepared them): {}\n",
             costs.line()
         ));
         if let Some(h) = tr.get("handover").and_then(Value::as_str) {

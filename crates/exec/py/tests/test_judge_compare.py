@@ -99,9 +99,9 @@ def test_rounds_compared_together_report_each_rounds_own_figures():
     assert res[1]["status"] == "INCORRECT_NUMERICAL" and "output `i`" in res[1]["message"]
 
 
-def test_round_zero_announces_the_draws_later_rounds_then_use(tmp_path):
-    # The parent hands the candidate a later batch on these announced draws while the judge
-    # prepares it, and refuses the batch if the judge's own draws differ: they must agree.
+def test_announced_draws_are_the_ones_each_round_then_hands_over(tmp_path):
+    # The parent hands the candidate a batch on these draws while the judge prepares it, and
+    # refuses the batch if the judge's own draws differ: they must agree.
     class Module:
         @staticmethod
         def run(x):
@@ -115,12 +115,10 @@ def test_round_zero_announces_the_draws_later_rounds_then_use(tmp_path):
         return {"workload": w, "round": n, "path": str(tmp_path / f"in_{n}.pt"), "input_shapes": {"x": [5]},
                 "output_shapes": {"y": [5]}, "axes": {}, "generate": True, "digest": n == 0}
 
-    first = judge.op_prepare_rounds({"rounds": [req(0)], "announce": [1, 2, 3]})
-    assert first["result"] == "ok" and len(first["announced"]) == 3
-    later = judge.op_prepare_rounds({"rounds": [req(1), req(2), req(3)]})
-    assert [r["input"] for r in later["replies"]] == first["announced"]
-    assert len({a["seed"] for a in first["announced"]}) == 3  # each round its own draw
-    # inputs that travel as files (the candidate's draws did not match) announce nothing
-    files = judge.op_prepare_rounds({"rounds": [dict(req(0), generate=False)], "announce": [1]})
-    assert files["replies"][0]["result"] == "ok" and "input" not in files["replies"][0], files
-    assert "announced" not in files
+    draws = judge.op_draws({"workload": w, "input_shapes": {"x": [5]}, "rounds": [0, 1, 2]})["draws"]
+    prepared = judge.op_prepare_rounds({"rounds": [req(0), req(1), req(2)]})
+    assert [r["input"] for r in prepared["replies"]] == draws
+    assert len({d["seed"] for d in draws}) == 3  # each round its own draw
+    # an input that travels as a file announces nothing
+    w["inputs"]["x"] = {"type": "custom"}
+    assert judge.op_draws({"workload": w, "input_shapes": {"x": [5]}, "rounds": [0]})["draws"] is None
