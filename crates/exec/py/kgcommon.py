@@ -484,8 +484,9 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
     so its next call reuses that memory just as a reference whose outputs are dropped does.
 
     cpu_wall: perf_counter around each synchronous call.
-    cupti: as device_event_sync, with CUPTI recording every device activity (kgcupti); notes["cupti_ms"] gets each call's device span (cupti_spans), or
-      notes["cupti_fallback"] says why not. The returned times are the event times either way.
+    cupti: as device_event_sync, with CUPTI recording every device activity (kgcupti);
+      notes["cupti_ms"] gets each call's device span (cupti_spans), or notes["cupti_fallback"]
+      says why not. The returned times are the event times either way.
     device_event_sync: per iteration an L2 flush, a device-wide sync, a short spin kernel (so the
       start event and the call are queued before the GPU reaches them), a start event, the call,
       a device-wide sync (so work on any stream is finished), an end event. The fixed cost of the
@@ -738,9 +739,11 @@ def cupti_warmup(dev):
     b.copy_(a)
     torch.cuda.synchronize()
     recs, why = _cupti_stop()
+    why = why or _records_check(recs)
     if why:
-        return why
-    return _records_check(recs)
+        # Every later start() says so, and the timing falls back to events with this reason.
+        kgcupti.RECORDER.error = f"CUPTI unusable: {why}"
+    return why
 
 
 def _records_check(recs):

@@ -370,3 +370,25 @@ def test_recorder_without_a_gpu_reports_why_it_cannot_record():
     why = r.start()
     assert why is not None and ("cuptiActivityEnable" in why or "libcupti not found" in why)
     assert r.stop() == ([], "recording was not started")
+
+
+def test_a_failed_layout_check_keeps_every_later_start_from_recording(monkeypatch):
+    # cupti_warmup's verdict sticks: the timing then falls back to events with this reason
+    r = kgcupti.Recorder()
+    monkeypatch.setattr(kgcupti, "RECORDER", r)
+    monkeypatch.setattr(kg, "_cupti_start", lambda: None)
+    monkeypatch.setattr(kg, "_cupti_stop", lambda keep=True: ([(1, 5, 9, "?")], None))
+
+    class Cuda:
+        @staticmethod
+        def synchronize():
+            pass
+
+        @staticmethod
+        def _sleep(n):
+            pass
+
+    monkeypatch.setattr(torch, "cuda", Cuda)
+    why = kg.cupti_warmup(torch.device("cpu"))
+    assert "did not read" in why
+    assert r.start().startswith("CUPTI unusable: CUPTI records did not read")
