@@ -109,6 +109,17 @@ def _derive_seed(uuid, round_, salt):
     return int.from_bytes(h[:8], "little") & ((1 << 62) - 1)
 
 
+def _round_seed(workload, round_):
+    """The seed correctness round `round_` draws its inputs from (`prepare` and `draws` alike)."""
+    return _derive_seed(workload["uuid"], int(round_), "inputs")
+
+
+def _draw(spec, seed):
+    """What the candidate gets to draw a round's inputs itself (the parent compares `draws`
+    against `prepare`'s `input` as JSON)."""
+    return {"spec": spec, "seed": str(seed)}
+
+
 def random_spec(workload, shapes):
     """The `kgcommon.random_input_set` spec of a workload whose inputs are all random or scalar
     (None when any input is custom or from safetensors: those sets travel as files)."""
@@ -218,7 +229,7 @@ def op_prepare(req):
     w = req["workload"]
     r = int(req["round"])
     STATE["problem_dir"] = req.get("problem_dir") or "."
-    seed = _derive_seed(w["uuid"], r, "inputs")
+    seed = _round_seed(w, r)
     ms = {}
     t_gen = time.perf_counter()
     try:
@@ -229,7 +240,7 @@ def op_prepare(req):
     drawn = None
     if spec is not None:
         # The candidate draws the same inputs from this round's seed; nothing is written.
-        drawn = {"spec": spec, "seed": str(seed)}
+        drawn = _draw(spec, seed)
     else:
         torch.save([x.detach().cpu() if isinstance(x, torch.Tensor) else x for x in inputs], req["path"])
     t_digest = time.perf_counter()
@@ -418,8 +429,7 @@ def op_draws(req):
     spec = random_spec(w, req["input_shapes"])
     if spec is None:
         return {"result": "ok", "draws": None}
-    return {"result": "ok", "draws": [{"spec": spec, "seed": str(_derive_seed(w["uuid"], int(n), "inputs"))}
-                                      for n in req["rounds"]]}
+    return {"result": "ok", "draws": [_draw(spec, _round_seed(w, n)) for n in req["rounds"]]}
 
 
 def op_check_rounds(req):

@@ -78,7 +78,7 @@ def _library_paths():
         with open("/proc/self/maps") as f:
             for line in f:
                 p = line.rsplit(" ", 1)[-1].strip()
-                if "libcupti" in os.path.basename(p) and p not in seen:
+                if "libcupti" in os.path.basename(p):
                     seen.append(p)
     except OSError:
         pass
@@ -93,7 +93,7 @@ def _library_paths():
         if home:
             seen += sorted(glob.glob(os.path.join(home, "extras", "CUPTI", "lib64", "libcupti.so*")))
             seen += sorted(glob.glob(os.path.join(home, "lib64", "libcupti.so*")))
-    return seen
+    return list(dict.fromkeys(seen))  # each once, first place first
 
 
 class Recorder:

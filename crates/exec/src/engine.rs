@@ -1262,7 +1262,6 @@ impl Session {
                     .filter_map(|&r| d.get(r as usize).cloned())
                     .collect()
             });
-            let t_op = Instant::now();
             let (r, judge_took, early_run) = match &drawn {
                 Some(inputs) => {
                     let run = run_of(inputs);
@@ -1273,7 +1272,11 @@ impl Session {
                     overlapped += 1;
                     (r, took, Some(c))
                 }
-                None => (self.judge_request(&req, deadline), t_op.elapsed(), None),
+                None => {
+                    let t = Instant::now();
+                    let r = self.judge_request(&req, deadline);
+                    (r, t.elapsed(), None)
+                }
             };
             let r = match r {
                 Ok(r) if reply_ok(&r) => r,
