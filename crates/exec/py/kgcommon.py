@@ -487,9 +487,10 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
     cupti: as device_event_sync, with CUPTI recording every device activity (kgcupti);
       notes["cupti_ms"] gets each call's device span (cupti_spans), or notes["cupti_fallback"]
       says why not. The returned times are the event times either way.
-    device_event_sync: per iteration an L2 flush, a device-wide sync, a short spin kernel (so the
-      start event and the call are queued before the GPU reaches them), a start event, the call,
-      a device-wide sync (so work on any stream is finished), an end event. The fixed cost of the
+    device_event_sync: per iteration an L2 flush (a read, leaving L2 clean), a device-wide sync,
+      a short spin kernel (so the start event and the call are queued before the GPU reaches
+      them), a start event, a one-cycle start marker, the call, a device-wide sync (so work on
+      any stream is finished), an end event. The fixed cost of the
       bracket (same sequence, the call replaced by host busy time as long as the calls' median
       host time, capped below the spin) is measured the same way and subtracted.
     cuda_graph: the call captured once in a CUDA graph (several unrolled launches), replayed;
@@ -554,7 +555,7 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
         # device_event_sync
         l2 = int(getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0) or 0)
         flush_bytes = max(256 * 1024 * 1024, 2 * l2)
-        flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device=dev)
+        flush = torch.zeros(flush_bytes // 4, dtype=torch.int32, device=dev)
         for i in range(warmup):
             call(arg_sets[i % n])
         torch.cuda.synchronize()
@@ -584,13 +585,24 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
                     pre(i)  # e.g. decrypting call i's inputs: before the flush, never timed
                     cost["pre"].append((time.perf_counter() - p0) * 1e3)
                 if flushed:
-                    flush.zero_()
+                    # Read, not written: a flush that writes leaves L2 full of dirty lines, and
+                    # the call pays for writing them back as it evicts them (on an H200 a 1M add
+                    # read 4.9 us with 4.3 MB of such write-backs, 4.1 us after a read flush;
+                    # ncu's own flush leaves L2 clean). The previous call's outputs are written
+                    # back here, outside the timing.
+                    flush.sum()
                 torch.cuda.synchronize()
                 if spin is not None:
                     if paused:
                         kgcupti.RECORDER.resume()
                     spin(cycles)
                 starts[i].record()
+                if spin is not None:
+                    # The start marker: a CUPTI span begins as it ends, so the call's first
+                    # kernel pays the GPU front-end's launch gap as each later kernel of a call
+                    # does (~1 us on an H200, what ncu's gpu__time_duration counts too), and not
+                    # the start event's ~1.4 us, which lies before it.
+                    spin(1)
                 h0 = time.perf_counter()
                 r = fn(i)
                 if host is not None:
@@ -665,7 +677,7 @@ def time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, a
         elif events is not None:
             late = []
             # One pass over the records for both readings (thousands of records a workload).
-            parsed = _activities_and_spins(events, trailing=CALIBRATION_BRACKETS)
+            parsed = _activities_and_spins(events, trailing=CALIBRATION_BRACKETS * SPINS_PER_CALIBRATION)
             spans, why = cupti_spans(events, len(raw), spin is not None, late, parsed=parsed)
             if spans is None:
                 notes["cupti_fallback"] = why
@@ -705,9 +717,13 @@ def _busy_wait(seconds):
         pass
 
 
-# A kernel that starts within this long after the spin kernel ends was queued behind it; a
-# later first start means host work inside the call kept the GPU idle, and that time counts.
+# A call whose first activity starts more than this long after the start marker ends was not
+# queued behind it: host work inside the call kept the GPU idle (counted, and reported as late).
 CUPTI_QUEUE_GAP_NS = 5_000
+# Spin kernels per timed call under CUPTI (the spin, the start marker, the one-cycle spin that
+# closes it) and per calibration bracket (the spin and the start marker).
+SPINS_PER_CALL = 3
+SPINS_PER_CALIBRATION = 2
 
 
 def warm_up(fn, dev, count, budget_s=None):
@@ -776,33 +792,34 @@ def _cupti_stop(keep=True):
 
 def cupti_spans(events, count, spun, late=None, parsed=None):
     """Per timed call, the span of its device activity (kernels, copies, memsets on any stream)
-    from CUPTI records: from the first start to the last end, counted from the end of our spin
-    kernel when the first start came later than a queued launch would (host work in the call).
+    from CUPTI records: from the end of the start marker (the one-cycle spin launched right
+    before the call) to the last end, so the first kernel's launch gap counts as a later
+    kernel's does, and so does host work in the call that delays its first kernel.
 
     Calls are told apart by launch order (correlation ids): each call's activities lie between
-    its spin kernel and the one-cycle spin launched right after its end event. Returns
+    its start marker and the one-cycle spin launched right after its end event. Returns
     (spans_ms, None) or (None, why) when the records cannot be split unambiguously. `late`, when
-    a list, gets the number of calls counted from the spin's end. `parsed`, when given, is
+    a list, gets the number of calls whose first start came later than a queued launch would
+    (CUPTI_QUEUE_GAP_NS after the marker). `parsed`, when given, is
     `_activities_and_spins(events, trailing)` already computed (time_calls leaves out the
     calibration brackets' spins, recorded after the timed calls)."""
     if not spun:
         return None, "no spin kernel to delimit calls"
     acts, spins = parsed if parsed is not None else _activities_and_spins(events)
-    if len(spins) != 2 * count:
-        return None, f"found {len(spins)} spin kernels in the CUPTI records, {2 * count} expected for {count} timed calls"
+    expected = SPINS_PER_CALL * count
+    if len(spins) != expected:
+        return None, f"found {len(spins)} spin kernels in the CUPTI records, {expected} expected for {count} timed calls"
     spans = []
     n_late = 0
     for j in range(count):
-        k, stop = spins[2 * j], spins[2 * j + 1]
+        k, stop = spins[SPINS_PER_CALL * j + 1], spins[SPINS_PER_CALL * j + 2]
         mine = acts[k + 1: stop]
         if not mine:
             return None, f"timed call {j} has no device activity in the CUPTI records"
-        spin_end = acts[k][2]
+        start = acts[k][2]
         first = min(a[1] for a in mine)
         last = max(a[2] for a in mine)
-        was_late = first - spin_end > CUPTI_QUEUE_GAP_NS
-        start = spin_end if was_late else first
-        n_late += was_late
+        n_late += first - start > CUPTI_QUEUE_GAP_NS
         spans.append(max(last - start, 0) / 1e6)
     if late is not None:
         late.append(n_late)
@@ -812,8 +829,8 @@ def cupti_spans(events, count, spun, late=None, parsed=None):
 def _activities_and_spins(events, trailing=0):
     """Device activities (kgcupti's (correlation id, start ns, end ns, name) records) in launch
     order, and the positions of our spin kernels among them but the last `trailing` (the
-    calibration brackets' spins, recorded after the timed calls): each timed call lies between
-    spins 2j and 2j+1."""
+    calibration brackets' spins, recorded after the timed calls): timed call j lies between
+    spins 3j+1 (its start marker) and 3j+2."""
     acts = sorted(events)
     spins = [k for k, a in enumerate(acts) if "spin_kernel" in a[3]]
     return acts, spins[:max(len(spins) - trailing, 0)]
@@ -826,7 +843,7 @@ def cupti_call_kernels(events, limit=8, parsed=None):
     cupti_spans."""
     acts, spins = parsed if parsed is not None else _activities_and_spins(events)
     counts = {}
-    for k, stop in zip(spins[0::2], spins[1::2]):
+    for k, stop in zip(spins[1::SPINS_PER_CALL], spins[2::SPINS_PER_CALL]):
         for a in acts[k + 1: stop]:
             counts[a[3]] = counts.get(a[3], 0) + 1
     top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]

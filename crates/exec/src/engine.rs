@@ -350,7 +350,8 @@ const CUPTI_SPEEDUP_SLACK: f64 = 1.25;
 
 /// The spin kernel queued before each timed GPU call keeps the GPU busy while the host records
 /// the start event and launches the call, so that launch is not timed; when the launch takes
-/// longer than the spin, the wait counts (a late first start, counted from the spin's end).
+/// longer than the spin, the wait counts (CUPTI spans run from the one-cycle start marker
+/// queued after the start event, so a late first kernel is counted from there).
 /// Its length is this many times the reference's host launch time (measured by the judge before
 /// timing, trusted) within [`SPIN_MIN_US`, `SPIN_MAX_US`]; the same length for both sides. On
 /// an H200 (session 6) the host launch inside the timed bracket took up to 4x the judge's

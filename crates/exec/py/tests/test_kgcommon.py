@@ -22,20 +22,24 @@ def Ev(corr, start, end, name):
 
 
 def call_records(corr, t, kernels, flush=True):
-    """One timed call as the harness launches it: flush, spin (50 us), the call's kernels
-    [(offset after spin end, duration)], the closing one-cycle spin."""
+    """One timed call as the harness launches it: flush, spin (50 us), the start event (no
+    record), the one-cycle start marker, the call's kernels [(offset after the marker's end,
+    duration)], the closing one-cycle spin."""
     ev = []
     if flush:
-        ev.append(Ev(corr, t, t + 80_000, "vectorized_elementwise_kernel<FillFunctor>"))
+        ev.append(Ev(corr, t, t + 80_000, "reduce_kernel<sum_functor>"))
         corr += 1
         t += 90_000
     spin_end = t + 50_000
     ev.append(Ev(corr, t, spin_end, "spin_kernel"))
-    corr += 1
-    last = spin_end
+    # 2.4 us after the spin: the start event's front-end time lies before the marker
+    marker_end = spin_end + 3_500
+    ev.append(Ev(corr + 1, spin_end + 2_400, marker_end, "spin_kernel"))
+    corr += 2
+    last = marker_end
     for off, dur in kernels:
-        ev.append(Ev(corr, spin_end + off, spin_end + off + dur, "candidate_kernel"))
-        last = max(last, spin_end + off + dur)
+        ev.append(Ev(corr, marker_end + off, marker_end + off + dur, "candidate_kernel"))
+        last = max(last, marker_end + off + dur)
         corr += 1
     ev.append(Ev(corr, last + 20_000, last + 21_000, "spin_kernel"))
     # our own output copy after the call, which must not count
@@ -51,22 +55,24 @@ def records(calls):
     return ev
 
 
-def test_span_runs_from_first_start_to_last_end_across_streams():
-    # second call: two kernels, the second on a side stream overlapping the first
+def test_span_runs_from_the_start_marker_to_the_last_end_across_streams():
+    # The first kernel's launch gap after the marker counts (as a second kernel's gap does);
+    # the start event's time before the marker does not. Second call: two kernels, the
+    # second on a side stream overlapping the first.
     ev = records([[(1_000, 5_000)], [(1_200, 4_000), (3_000, 6_000)]])
     spans, why = kg.cupti_spans(ev, 2, True)
     assert why is None
-    assert spans == pytest.approx([0.005, (9_000 - 1_200) / 1e6])
+    assert spans == pytest.approx([0.006, 0.009])
 
 
 def test_our_copies_after_the_call_are_not_counted():
     ev = records([[(1_000, 5_000)]])
     spans, _ = kg.cupti_spans(ev, 1, True)
-    assert spans == pytest.approx([0.005])  # not the trailing memcpy
+    assert spans == pytest.approx([0.006])  # not the trailing memcpy
 
 
-def test_host_work_that_delays_the_first_kernel_is_counted_from_the_spin_end():
-    # the call's first kernel starts 30 us after the spin: host work inside the call
+def test_host_work_that_delays_the_first_kernel_is_counted_from_the_marker_end():
+    # the call's first kernel starts 30 us after the marker: host work inside the call
     ev = records([[(30_000, 5_000)]])
     spans, _ = kg.cupti_spans(ev, 1, True)
     assert spans == pytest.approx([0.035])
@@ -86,9 +92,9 @@ def test_unsplittable_records_fall_back_with_a_reason():
 
 def test_a_candidate_spin_kernel_breaks_the_split_rather_than_shortening_it():
     ev = records([[(1_000, 5_000)]])
-    ev.append(Ev(4, 0, 1, "spin_kernel"))
+    ev.append(Ev(5, 0, 1, "spin_kernel"))
     spans, why = kg.cupti_spans(ev, 1, True)
-    assert spans is None and "3 spin kernels" in why
+    assert spans is None and "4 spin kernels" in why
 
 
 def test_call_kernels_names_only_what_ran_inside_the_timed_calls():
@@ -260,7 +266,7 @@ def test_late_first_starts_are_counted():
     late = []
     spans, why = kg.cupti_spans(ev, 3, True, late)
     assert why is None and late == [1]
-    assert spans == pytest.approx([0.005, 0.035, 0.001])
+    assert spans == pytest.approx([0.006, 0.035, 0.005])
 
 
 def test_digest_of_a_large_tensor_samples_it_and_still_tells_generators_apart():
@@ -285,28 +291,30 @@ def test_digest_of_a_large_tensor_samples_it_and_still_tells_generators_apart():
 
 
 def test_calibration_brackets_recorded_last_are_left_out():
-    # two timed calls, then two calibration brackets (flush + spin, no closing spin), as
-    # time_calls records them: the calibration runs after the calls, under CUPTI too
+    # two timed calls, then two calibration brackets (spin and start marker, no flush, no
+    # closing spin), as time_calls records them: the calibration runs after the calls, under
+    # CUPTI too
     ev, corr, t = [], 1, 1_000_000
     for kernels in ([(1_000, 5_000)], [(30_000, 2_000)]):
         e, corr, t = call_records(corr, t, kernels)
         ev += e
     for _ in range(2):
-        ev.append(Ev(corr, t, t + 80_000, "vectorized_elementwise_kernel<FillFunctor>"))
-        ev.append(Ev(corr + 1, t + 90_000, t + 140_000, "spin_kernel"))
+        ev.append(Ev(corr, t + 90_000, t + 140_000, "spin_kernel"))
+        ev.append(Ev(corr + 1, t + 142_000, t + 143_000, "spin_kernel"))
         corr, t = corr + 2, t + 200_000
     late = []
-    parsed = kg._activities_and_spins(ev, trailing=2)
+    trailing = 2 * kg.SPINS_PER_CALIBRATION
+    parsed = kg._activities_and_spins(ev, trailing=trailing)
     spans, why = kg.cupti_spans(ev, 2, True, late, parsed=parsed)
-    assert why is None and spans == pytest.approx([0.005, 0.032]) and late == [1]
+    assert why is None and spans == pytest.approx([0.006, 0.032]) and late == [1]
     assert kg.cupti_call_kernels(ev, parsed=parsed) == {"candidate_kernel": 2}
     # left in, the calibration spins break the split instead of lengthening a call
     spans, why = kg.cupti_spans(ev, 2, True)
-    assert spans is None and "6 spin kernels" in why
+    assert spans is None and "found 10 spin kernels" in why and "6 expected" in why
     # a candidate that adds a spin of its own is still caught by the count
     extra = ev + [Ev(corr, t, t + 10, "spin_kernel")]
-    spans, why = kg.cupti_spans(extra, 2, True, parsed=kg._activities_and_spins(extra, trailing=2))
-    assert spans is None and "5 spin kernels" in why
+    spans, why = kg.cupti_spans(extra, 2, True, parsed=kg._activities_and_spins(extra, trailing=trailing))
+    assert spans is None and "found 7 spin kernels" in why
 
 
 def kernel_record(corr, start, end, name_ptr, size=200):
