@@ -9,7 +9,8 @@
 # overhead (bundled corpus, one workload a problem, with and without --no-sandbox), diag (matmul
 # with CUPTI, events and --no-sandbox, rmsnorm Triton launches, ncu, clocks and throttling),
 # modes (the matmul in bare processes with its inputs held four ways: matmul_modes.py),
-# repro (criteria (a) and (b) only: 5 CUPTI runs of each benchmark kernel, then ncu),
+# repro (criteria (a) and (b) only: 5 CUPTI runs of each benchmark kernel, then ncu, the add's
+# reference as the candidate twice, add_conditions.py),
 # cupti (criterion (c): Kineto against kgcupti side by side, cupti_direct.py; KINETO_STOP=1 adds
 # cupti_stop.py),
 # ref (the reference corpus run alone; TIMING=events times it by events).
@@ -95,6 +96,11 @@ if [ "$PART" = repro ]; then
   for k in matmul_4096_bf16 add_1m; do for i in 1 2 3 4 5; do log "repro $k $i"
     $KG evaluate $B/$k --solution $B/$k/solution.json --device cuda:0 --rounds 2 --iterations 100 -o "$OUT/r/repro-$k-$i.jsonl" > /dev/null 2>>"$OUT/r/repro-err.txt"; done; done
   log ncu; timeout 90 ncu --clock-control none --metrics gpu__time_duration.sum --csv python3 $B/ncu_ops.py > "$OUT/r/ncu.csv" 2> "$OUT/r/ncu-err.txt"
+  # The same add's own reference code as the candidate (judge and candidate processes timing
+  # the same code), and the add under the conditions around it in a bare process.
+  for i in 1 2; do log "repro add_1m reference $i"
+    $KG evaluate $B/add_1m --solution reference --device cuda:0 --rounds 2 --iterations 100 -o "$OUT/r/repro-add-ref-$i.jsonl" > /dev/null 2>>"$OUT/r/repro-err.txt"; done
+  log add-conditions; timeout 120 python3 $B/add_conditions.py > "$OUT/r/add-conditions.jsonl" 2>&1
 fi
 if [ "$PART" = cupti ]; then
   # Criterion (c): what starting, stopping and reading the CUDA activity profiler costs.
