@@ -52,6 +52,9 @@ def _guarded():
         "kgcommon.keystream_xor": kg.keystream_xor,
         "kgcommon.random_input_set": kg.random_input_set,
         "kgcommon.random_tensor": kg.random_tensor,
+        "kgcommon.custom_entry": kg.custom_entry,
+        "kgcommon.custom_module": kg.custom_module,
+        "candidate._guard_custom": _guard_custom,
         "torch.randn": torch.randn,
         "torch.rand": torch.rand,
         "torch.cos": torch.cos,
@@ -81,6 +84,11 @@ def _guarded():
     # its record lists, which every start and stop replace.
     for k in ("lib", "_req", "_done", "_lock", "_demangle"):
         out[f"kgcupti.RECORDER.{k}"] = getattr(kg.kgcupti.RECORDER, k)
+    # What a problem's own input generator calls, once the candidate has drawn with it.
+    for k, (m, attr) in CUSTOM_GUARDS.items():
+        out[k] = getattr(m, attr, None)
+    for k, sha in CUSTOM_SOURCES.items():
+        out[k] = kg.CUSTOM_MODULES.get(sha)
     if kg.CHANNEL:
         out["kgcommon.CHANNEL[0]"] = kg.CHANNEL[0]
         for k, v in vars(kg.CHANNEL[0]).items():
@@ -90,6 +98,57 @@ def _guarded():
         if code is not None:
             out[f"{k}.__code__"] = code
     return out
+
+
+# Custom input generators drawn with: guarded names -> (module, attribute), and the source
+# hash of each generator's module (kgcommon.CUSTOM_MODULES).
+CUSTOM_GUARDS = {}
+CUSTOM_SOURCES = {}
+
+
+def _module_attrs():
+    """The attributes of the modules a problem's input generator is likely to call, as they are
+    when the worker starts (before any solution code): what custom draws are guarded against."""
+    import math
+
+    import torch
+
+    out = {}
+    for m in (torch, torch.nn, torch.nn.functional, torch.linalg, torch.special, torch.fft, math):
+        out[m.__name__] = dict(vars(m))
+    return out
+
+
+def _guard_custom(spec):
+    """Before the first draw with a problem's own input generator (a dict spec): guards every
+    module attribute its code can reach (kgcommon.code_names) as the worker's other guarded
+    objects are, against their values at worker start where known, so a solution that replaced
+    one (to run its code in the untimed draw before a timed call) is seen by `_tampered`."""
+    if not isinstance(spec, dict):
+        return
+    c = spec["custom"]
+    sha = hashlib.sha256(c["source"].encode()).hexdigest()
+    key = f"custom:{sha[:12]}"
+    if key in CUSTOM_SOURCES:
+        return
+    # Built here from the source, never a module the solution placed in the cache first.
+    kg.CUSTOM_MODULES.pop(sha, None)
+    mod = kg.custom_module(c["source"])
+    fn = kg.custom_entry(c["source"], c["entrypoint"])
+    CUSTOM_SOURCES[key] = sha
+    GUARDED[key] = mod
+    CUSTOM_GUARDS[f"{key}:entry"] = (mod, c["entrypoint"])
+    GUARDED[f"{key}:entry"] = fn
+    GUARDED[f"{key}:entry.__code__"] = fn.__code__
+    for (mname, attr), (m, now) in kg.code_names(fn).items():
+        name = f"{key}:{mname}.{attr}"
+        start = MODULE_ATTRS_AT_START.get(mname)
+        want = start.get(attr, now) if start is not None else now
+        CUSTOM_GUARDS[name] = (m, attr)
+        GUARDED[name] = want
+        code = getattr(want, "__code__", None)
+        if code is not None:
+            GUARDED[f"{name}.__code__"] = code
 
 
 def _hooks():
@@ -142,6 +201,7 @@ def op_hello(req):
     import torch
 
     dev = kg.resolve_device(req.get("device", "cpu"))
+    kg.fast_torch_save()
     reply = {"result": "ok"}
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
@@ -238,6 +298,7 @@ def _load_inputs(src):
 
     dev = STATE["device"]
     if isinstance(src, dict):
+        _guard_custom(src["spec"])
         return kg.random_input_set(src["spec"], int(src["seed"]), dev)
     vals = torch.load(src, map_location="cpu", weights_only=True)
     return [v.to(dev) if isinstance(v, torch.Tensor) else v for v in vals]
@@ -324,7 +385,14 @@ def _run_round(req):
     ms = {}
     t0 = time.perf_counter()
     STATE["output_names"] = [o["name"] for o in req["outputs"]]
-    inputs = _load_inputs(req["in"])
+    try:
+        inputs = _load_inputs(req["in"])
+    except Exception as e:
+        if isinstance(req["in"], dict) and req.get("digest"):
+            # Round 0 of drawn inputs, where the parent compares what was drawn: a problem's
+            # generator that cannot run here (it imports a file of the problem's) means files.
+            return {"result": "ok", "draw_failed": f"{type(e).__name__}: {e}"}, None
+        raise
     # What was drawn, before the solution runs (it may legitimately write into its inputs).
     drawn = [x.clone() if hasattr(x, "clone") else x for x in inputs] if req.get("digest") else None
     outs = _alloc_outputs(req["outputs"]) if STATE["dps"] else None
@@ -367,6 +435,8 @@ def op_run_rounds(req):
     outs = []
     for run in req["runs"]:
         reply, clean = _run_round(run)
+        if "draw_failed" in reply:
+            return {"result": "ok", "draw_failed": reply["draw_failed"], "replies": []}
         if reply.get("result") != "ok":
             reply["message"] = f"round {run.get('round')}: {reply.get('message', '')}"
             return reply
@@ -402,7 +472,11 @@ def op_time_load(req):
         # No bytes handed over: set i is drawn from the seed the parent hands out as call i
         # starts. The probe (a seed of no timed set) shows the judge that both sides draw alike.
         sets = [None] * int(gen["count"])
-        probe = kg.digest(kg.random_input_set(gen["spec"], int(gen["probe_seed"]), STATE["device"]))
+        try:
+            _guard_custom(gen["spec"])
+            probe = kg.digest(kg.random_input_set(gen["spec"], int(gen["probe_seed"]), STATE["device"]))
+        except Exception as e:  # the problem's generator cannot run here: the parent sends files
+            probe = f"draw failed: {type(e).__name__}: {e}"
     else:
         sets = _load_sets(req["timed_in"])
     # One preallocated stash per set that each timed call's outputs are copied into afterwards
@@ -530,6 +604,7 @@ if __name__ == "__main__":
     HOOKS_AT_START = {t for t in range(6) if getattr(sys, "monitoring", None) and sys.monitoring.get_tool(t) is not None}
     GC_CALLBACKS_AT_START = len(gc.callbacks)
     GUARDED_CLASSES = ("kgcommon.SealedSets", "kgcommon.Channel", "kgcupti.Recorder", "torch.Tensor")
+    MODULE_ATTRS_AT_START = _module_attrs()
     GUARDED = _guarded()
 
     faulthandler.enable()

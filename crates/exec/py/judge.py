@@ -51,6 +51,7 @@ STATE = {
 
 def op_hello(req):
     dev = kg.resolve_device(req.get("device", "cpu"))
+    kg.fast_torch_save()
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             return kg.error_reply("device", f"device `{req.get('device')}` requested, but torch reports no CUDA/HIP device")
@@ -98,6 +99,8 @@ def op_setup(req):
     if not callable(mod.__dict__.get("run")):
         return kg.error_reply("reference", "the reference defines no callable `run`")
     STATE["module"] = mod
+    # Custom inputs are drawn through the reference's own module (kgcommon.random_input_set).
+    kg.custom_module(d["reference"], mod)
     return {"result": "ok"}
 
 
@@ -120,12 +123,14 @@ def _draw(spec, seed):
     return {"spec": spec, "seed": str(seed)}
 
 
-def random_spec(workload, shapes):
-    """The `kgcommon.random_input_set` spec of a workload whose inputs are all random or scalar
-    (None when any input is custom or from safetensors: those sets travel as files)."""
+def random_spec(workload, shapes, axes):
+    """The `kgcommon.random_input_set` spec of a workload whose inputs are random, scalar or
+    custom (the problem's own generator, run from the reference's source on either side); None
+    when an input is read from safetensors (those sets travel as files)."""
     d = STATE["definition"]
     specs = workload["inputs"]
     out = []
+    custom = False
     for name, tspec in d["inputs"].items():
         s = specs[name]
         t = s.get("type")
@@ -133,15 +138,24 @@ def random_spec(workload, shapes):
             out.append({"value": s["value"]})
         elif t in (None, "random"):
             out.append({"name": name, "dtype": tspec["dtype"], "shape": shapes[name]})
+        elif t == "custom":
+            out.append({"custom": name})
+            custom = True
         else:
             return None
-    return out
+    if not custom:
+        return out
+    ep = d.get("custom_inputs_entrypoint")
+    if not ep or not callable(getattr(STATE["module"], ep, None)):
+        return None  # gen_inputs says why
+    scalars = {k: s["value"] for k, s in specs.items() if s.get("type") == "scalar"}
+    return {"custom": {"source": d["reference"], "entrypoint": ep, "args": {**axes, **scalars}}, "inputs": out}
 
 
 def gen_inputs(workload, shapes, axes, seed):
     d = STATE["definition"]
     dev = STATE["device"]
-    spec = random_spec(workload, shapes)
+    spec = random_spec(workload, shapes, axes)
     if spec is not None:
         return kg.random_input_set(spec, seed, dev)
     torch.manual_seed(seed)  # custom input entry points draw from the global generator
@@ -224,8 +238,8 @@ def _check_declared(outs, shapes):
 
 
 def op_prepare(req):
-    """Generates round inputs, hands them to the candidate (as the round's seed when every input
-    is random or scalar, else as a file), runs and keeps the reference."""
+    """Generates round inputs, hands them to the candidate (as the round's seed when no input is
+    read from a file, else as a file), runs and keeps the reference."""
     w = req["workload"]
     r = int(req["round"])
     STATE["problem_dir"] = req.get("problem_dir") or "."
@@ -236,7 +250,7 @@ def op_prepare(req):
         inputs = gen_inputs(w, req["input_shapes"], req["axes"], seed)
     except Exception as e:
         return kg.error_reply("invalid_reference", f"failed to generate inputs: {type(e).__name__}: {e}", traceback.format_exc())
-    spec = random_spec(w, req["input_shapes"]) if req.get("generate") else None
+    spec = random_spec(w, req["input_shapes"], req["axes"]) if req.get("generate") else None
     drawn = None
     if spec is not None:
         # The candidate draws the same inputs from this round's seed; nothing is written.
@@ -424,9 +438,9 @@ def op_prepare_rounds(req):
 def op_draws(req):
     """What the candidate draws each of `rounds` from ({spec, seed}, as `prepare` will hand
     it), so the parent can hand a batch to the candidate while this judge prepares it; `draws`
-    is None when an input is custom or read from a file (those rounds travel as files)."""
+    is None when an input is read from a file (those rounds travel as files)."""
     w = req["workload"]
-    spec = random_spec(w, req["input_shapes"])
+    spec = random_spec(w, req["input_shapes"], req.get("axes") or {})
     if spec is None:
         return {"result": "ok", "draws": None}
     return {"result": "ok", "draws": [_draw(spec, _round_seed(w, n)) for n in req["rounds"]]}
@@ -504,7 +518,7 @@ def _prepare_timed(req):
     w = req["workload"]
     want = max(1, int(req["iterations"]))
     cap = int(req.get("budget_bytes", 256 << 20))
-    spec = random_spec(w, req["input_shapes"]) if req.get("generate") else None
+    spec = random_spec(w, req["input_shapes"], req["axes"]) if req.get("generate") else None
     if spec is not None:
         try:
             return _prepare_generated(w, spec, want, cap)

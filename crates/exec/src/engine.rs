@@ -850,7 +850,7 @@ impl Session {
         deadline: Instant,
     ) -> Result<Option<Vec<Value>>, ExecError> {
         let req = json!({"op": "draws", "workload": w.workload,
-                         "input_shapes": shapes_json(&w.resolved.inputs),
+                         "input_shapes": shapes_json(&w.resolved.inputs), "axes": w.resolved.axes,
                          "rounds": (0..rounds).collect::<Vec<u32>>()});
         match self.judge_request(&req, deadline) {
             Ok(r) => Ok(r
@@ -1215,12 +1215,13 @@ impl Session {
         };
         let mut last_in = Value::Null;
         let mut costs = RoundCosts::default();
-        // Round inputs that are all random or scalar are drawn by the candidate from the round's
-        // seed (no bytes move): the judge announces the draws first, and each batch then runs in
-        // the candidate while the judge prepares it (neither is timed). Round 0's bytes are
-        // compared on both sides; when they differ, the rounds restart with inputs as files,
-        // written by the judge before each batch runs.
-        let mut round_inputs = "files (an input is custom or read from a file)";
+        // Round inputs that are random, scalar or custom (the problem's own generator) are drawn
+        // by the candidate from the round's seed (no bytes move): the judge announces the draws
+        // first, and each batch then runs in the candidate while the judge prepares it (neither
+        // is timed). Round 0's bytes are compared on both sides; when they differ, or the
+        // candidate could not draw them, the rounds restart with inputs as files, written by
+        // the judge before each batch runs.
+        let mut round_inputs = "files (an input is read from a file)";
         let mut draws = self.round_draws(w, rounds, deadline)?;
         let per_batch = rounds_per_batch(problem, w);
         let mut batches = 0u32;
@@ -1341,6 +1342,15 @@ impl Session {
                 run_ms,
                 creplies.iter().chain(std::iter::once(&cr)),
             );
+            if generate
+                && batch[0] == 0
+                && let Some(m) = cr.get("draw_failed").and_then(Value::as_str)
+            {
+                tracing::debug!("the candidate could not draw round 0: {m}");
+                draws = None;
+                round_inputs = "files (the candidate could not run the input generator)";
+                continue;
+            }
             for (round, c) in batch.iter().zip(&creplies) {
                 if let Some(m) = c.get("reward_hack").and_then(Value::as_str) {
                     return Ok(Outcome::fail(
@@ -1642,12 +1652,12 @@ impl Session {
         let timed_in = xfer.join("in_timed.pt");
         let mut prep_s = 0.0;
         let mut load_s = 0.0;
-        let mut handover = "sealed files (an input is custom or read from a file)";
+        let mut handover = "sealed files (an input is read from a file)";
         let mut keys = integrity::TimedKeys::new(Vec::new(), Vec::new());
         let mut ref_host_ms = None;
         // First choice: the timed sets are drawn in the candidate from per-set seeds (the
-        // keys), so no bytes move; files when an input is custom or from safetensors, or when
-        // the candidate's generator does not reproduce the judge's probe set.
+        // keys), so no bytes move; files when an input is from safetensors, or when the
+        // candidate's generator does not reproduce the judge's probe set.
         for generate in [true, false] {
             let t_prep = Instant::now();
             let preq = json!({

@@ -120,5 +120,48 @@ def test_announced_draws_are_the_ones_each_round_then_hands_over(tmp_path):
     assert [r["input"] for r in prepared["replies"]] == draws
     assert len({d["seed"] for d in draws}) == 3  # each round its own draw
     # an input that travels as a file announces nothing
-    w["inputs"]["x"] = {"type": "custom"}
+    w["inputs"]["x"] = {"type": "safetensors", "path": "x.safetensors", "tensor_key": "x"}
     assert judge.op_draws({"workload": w, "input_shapes": {"x": [5]}, "rounds": [0]})["draws"] is None
+
+
+CUSTOM_REFERENCE = """
+import torch
+
+
+def generate_inputs(axes_and_scalars, device):
+    n = axes_and_scalars["n"]
+    ids = torch.randint(0, n, (n,), device=device)
+    ids[0] = n - 1
+    return {"ids": ids}
+
+
+def run(ids, w, scale):
+    return w[ids] * scale
+"""
+
+
+def test_custom_inputs_are_drawn_alike_by_the_judge_and_from_the_source_alone(tmp_path):
+    # A custom-input workload's rounds are drawn in the candidate from the reference's source
+    # (no files): the draw the judge announces, the inputs it runs its reference on, and what a
+    # process that has only the source draws from it must be the same bytes.
+    d = {"inputs": {"ids": {"dtype": "int64"}, "w": {"dtype": "float32"}, "scale": {"dtype": "float32"}},
+         "outputs": {"y": {"dtype": "float32"}}, "custom_inputs_entrypoint": "generate_inputs",
+         "reference": CUSTOM_REFERENCE}
+    judge.STATE.update(seed=99)
+    assert judge.op_setup({"definition": d, "work_dir": str(tmp_path)})["result"] == "ok"
+    w = {"uuid": "w-c", "inputs": {"ids": {"type": "custom"}, "w": {"type": "random"},
+                                   "scale": {"type": "scalar", "value": 0.5}}}
+    shapes = {"ids": [6], "w": [6, 3]}
+    req = {"workload": w, "round": 0, "path": str(tmp_path / "in_0.pt"), "input_shapes": shapes,
+           "output_shapes": {"y": [6, 3]}, "axes": {"n": 6}, "generate": True, "digest": True}
+    draws = judge.op_draws({"workload": w, "input_shapes": shapes, "axes": {"n": 6}, "rounds": [0]})["draws"]
+    rep = judge.op_prepare(req)
+    assert rep["result"] == "ok" and rep["input"] == draws[0] and not (tmp_path / "in_0.pt").exists()
+    ids, wt, scale = judge.STATE["ref_out"]["inputs"]
+    assert ids[0] == 5 and wt.shape == (6, 3) and scale == 0.5
+    # the candidate's side: a module built from the source alone
+    judge.kg.CUSTOM_MODULES.clear()
+    drawn = judge.kg.random_input_set(draws[0]["spec"], int(draws[0]["seed"]), torch.device("cpu"))
+    assert judge.kg.digest(drawn) == rep["digest"]
+    assert judge.kg.digest(judge.kg.random_input_set(draws[0]["spec"], int(draws[0]["seed"]) + 1,
+                                                     torch.device("cpu"))) != rep["digest"]

@@ -1,0 +1,86 @@
+"""The candidate's guard over what a problem's own input generator calls: in the untimed draw
+before each timed call, a replaced function it calls would run solution code with the set open."""
+
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import candidate  # noqa: E402
+import kgcommon as kg  # noqa: E402
+
+SOURCE = """
+import torch
+import torch.nn.functional as F
+
+
+def _ids(n):
+    return torch.randperm(n)
+
+
+def generate_inputs(axes_and_scalars, device):
+    ids = _ids(axes_and_scalars["n"]).to(device)
+    return {"ids": ids, "onehot": F.one_hot(ids, axes_and_scalars["n"])}
+"""
+SPEC = {"custom": {"source": SOURCE, "entrypoint": "generate_inputs", "args": {"n": 5}},
+        "inputs": [{"custom": "ids"}, {"custom": "onehot"}]}
+
+
+@pytest.fixture
+def worker():
+    """The candidate's globals as its `__main__` sets them at worker start."""
+    candidate.HOOKS_AT_START = set()
+    candidate.GC_CALLBACKS_AT_START = len(__import__("gc").callbacks)
+    candidate.GUARDED_CLASSES = ("kgcommon.SealedSets", "kgcommon.Channel", "kgcupti.Recorder", "torch.Tensor")
+    candidate.MODULE_ATTRS_AT_START = candidate._module_attrs()
+    candidate.CUSTOM_GUARDS.clear()
+    candidate.CUSTOM_SOURCES.clear()
+    kg.CUSTOM_MODULES.clear()
+    candidate.GUARDED = candidate._guarded()
+    yield
+    candidate.CUSTOM_GUARDS.clear()
+    candidate.CUSTOM_SOURCES.clear()
+
+
+def test_code_names_reach_helpers_and_aliased_modules():
+    fn = kg.custom_entry(SOURCE, "generate_inputs")
+    names = kg.code_names(fn)
+    assert ("torch", "randperm") in names  # called by a helper of the module
+    assert ("torch.nn.functional", "one_hot") in names  # through the alias F
+
+
+def test_a_function_the_generator_calls_replaced_after_the_draw_is_tampering(worker):
+    candidate._guard_custom(SPEC)
+    assert candidate._tampered() is None
+    orig = torch.randperm
+    torch.randperm = lambda *a, **k: orig(*a, **k)
+    try:
+        assert "torch.randperm" in (candidate._tampered() or "")
+    finally:
+        torch.randperm = orig
+    assert candidate._tampered() is None
+
+
+def test_one_replaced_before_the_first_draw_is_measured_against_worker_start(worker):
+    orig = torch.nn.functional.one_hot
+    torch.nn.functional.one_hot = lambda *a, **k: orig(*a, **k)
+    try:
+        candidate._guard_custom(SPEC)
+        assert "torch.nn.functional.one_hot" in (candidate._tampered() or "")
+    finally:
+        torch.nn.functional.one_hot = orig
+
+
+def test_a_generator_module_the_solution_planted_in_the_cache_is_not_used(worker):
+    import hashlib
+    import types
+
+    fake = types.ModuleType("fake")
+    fake.generate_inputs = lambda a, dev: {"ids": torch.zeros(5, dtype=torch.long), "onehot": torch.zeros(5, 5)}
+    kg.CUSTOM_MODULES[hashlib.sha256(SOURCE.encode()).hexdigest()] = fake
+    candidate._guard_custom(SPEC)
+    ids, _ = kg.random_input_set(SPEC, 3, torch.device("cpu"))
+    assert sorted(ids.tolist()) == [0, 1, 2, 3, 4]  # a permutation, not the planted zeros
+    assert candidate._tampered() is None
