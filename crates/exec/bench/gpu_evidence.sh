@@ -13,7 +13,8 @@
 # reference as the candidate twice, add_conditions.py),
 # cupti (criterion (c): Kineto against kgcupti side by side, cupti_direct.py; KINETO_STOP=1 adds
 # cupti_stop.py),
-# ref (the reference corpus run alone; TIMING=events times it by events).
+# ref (the reference corpus run alone; TIMING=events times it by events),
+# sol (the pytorch and triton SOL-ExecBench examples alone).
 # Every part packs its results into OUTDIR/results.tgz as it ends, so a later timeout loses nothing.
 set -u
 KG=$1; OUT=$2; PART=${3:-core}
@@ -40,6 +41,10 @@ if [ "$PART" = core ] || [ "$PART" = bench ]; then
     $KG evaluate $B/$k --solution $B/$k/solution.json --device cuda:0 --rounds 2 --iterations 100 --timing events --json > "$OUT/r/events-$k-$i.json" 2>>"$OUT/r/repro-err.txt"; done
     $KG evaluate $B/$k --solution $B/$k/solution.json --device cuda:0 --rounds 2 --iterations 100 --timing cuda-graph --json > "$OUT/r/graph-$k.json" 2>>"$OUT/r/repro-err.txt"; done
   log ncu; timeout 120 ncu --clock-control none --metrics gpu__time_duration.sum --csv python3 $B/ncu_ops.py > "$OUT/r/ncu.csv" 2> "$OUT/r/ncu-err.txt"
+fi
+if [ "$PART" = sol ]; then
+  for d in $EX/pytorch_* $EX/triton_*; do n=$(basename $d); log "$n"
+    run_t "$OUT/r/sol-$n.txt" $KG evaluate $d --solution $(sol_of $d) --device cuda:0 -o "$OUT/r/sol-$n.jsonl"; done
 fi
 if [ "$PART" = auto ]; then
   log auto; run_t "$OUT/r/auto.txt" $KG evaluate problems/core/rmsnorm_bf16_qwen2_5_0_5b --solution reference --device auto --max-workloads 2 -o "$OUT/r/auto.jsonl"
