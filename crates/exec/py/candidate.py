@@ -141,6 +141,8 @@ def _guard_custom(spec):
     GUARDED[f"{key}:entry"] = fn
     GUARDED[f"{key}:entry.__code__"] = fn.__code__
     for (mname, attr), (m, now) in kg.code_names(fn).items():
+        if getattr(m, attr, None) is not now:
+            continue  # made afresh on every access (a module __getattr__): no identity to guard
         name = f"{key}:{mname}.{attr}"
         start = MODULE_ATTRS_AT_START.get(mname)
         want = start.get(attr, now) if start is not None else now

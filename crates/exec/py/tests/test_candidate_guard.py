@@ -84,3 +84,20 @@ def test_a_generator_module_the_solution_planted_in_the_cache_is_not_used(worker
     ids, _ = kg.random_input_set(SPEC, 3, torch.device("cpu"))
     assert sorted(ids.tolist()) == [0, 1, 2, 3, 4]  # a permutation, not the planted zeros
     assert candidate._tampered() is None
+
+
+def test_an_attribute_made_afresh_on_every_access_is_not_guarded(worker):
+    # A module whose __getattr__ builds a new object per access has no identity to compare:
+    # guarding it would flag every honest solution.
+    import types
+
+    lazy = types.ModuleType("kg_lazy_fixture")
+    lazy.__getattr__ = lambda name: (lambda *a: None) if name == "make" else None
+    src = "import kg_lazy_fixture\n\ndef generate_inputs(a, device):\n    kg_lazy_fixture.make()\n    return {}\n"
+    sys.modules["kg_lazy_fixture"] = lazy
+    try:
+        candidate._guard_custom({"custom": {"source": src, "entrypoint": "generate_inputs", "args": {}}, "inputs": []})
+        assert not any("kg_lazy_fixture" in k for k in candidate.GUARDED)
+        assert candidate._tampered() is None
+    finally:
+        del sys.modules["kg_lazy_fixture"]
