@@ -123,75 +123,61 @@ def _draw(spec, seed):
     return {"spec": spec, "seed": str(seed)}
 
 
-def random_spec(workload, shapes, axes):
-    """The `kgcommon.random_input_set` spec of a workload whose inputs are random, scalar or
-    custom (the problem's own generator, run from the reference's source on either side); None
-    when an input is read from safetensors (those sets travel as files)."""
+def _input_spec(workload, shapes, axes):
+    """(spec, files): the `kgcommon.random_input_set` spec of a workload's inputs (random,
+    scalar, or custom: the problem's own generator, run from the reference's source on either
+    side), where an input read from safetensors is a `{"value": None, "safetensors": name}`
+    placeholder that gen_inputs fills from its file; files tells whether there is one."""
     d = STATE["definition"]
     specs = workload["inputs"]
     out = []
-    custom = False
+    custom = files = False
     for name, tspec in d["inputs"].items():
         s = specs[name]
         t = s.get("type")
         if t == "scalar":
             out.append({"value": s["value"]})
-        elif t in (None, "random"):
-            out.append({"name": name, "dtype": tspec["dtype"], "shape": shapes[name]})
         elif t == "custom":
             out.append({"custom": name})
             custom = True
+        elif t == "safetensors":
+            out.append({"value": None, "safetensors": name})
+            files = True
         else:
-            return None
+            out.append({"name": name, "dtype": tspec["dtype"], "shape": shapes[name]})
     if not custom:
-        return out
+        return out, files
     ep = d.get("custom_inputs_entrypoint")
     if not ep or not callable(getattr(STATE["module"], ep, None)):
-        return None  # gen_inputs says why
+        raise RuntimeError("workload uses `custom` inputs but the reference has no custom_inputs_entrypoint")
     scalars = {k: s["value"] for k, s in specs.items() if s.get("type") == "scalar"}
-    return {"custom": {"source": d["reference"], "entrypoint": ep, "args": {**axes, **scalars}}, "inputs": out}
+    return {"custom": {"source": d["reference"], "entrypoint": ep, "args": {**axes, **scalars}}, "inputs": out}, files
+
+
+def random_spec(workload, shapes, axes):
+    """The spec the candidate draws a workload's inputs from (_input_spec); None when an input
+    is read from safetensors (those sets travel as files) or a custom one has no generator."""
+    try:
+        spec, files = _input_spec(workload, shapes, axes)
+    except RuntimeError:
+        return None  # gen_inputs says why
+    return None if files else spec
 
 
 def gen_inputs(workload, shapes, axes, seed):
-    d = STATE["definition"]
-    dev = STATE["device"]
-    spec = random_spec(workload, shapes, axes)
-    if spec is not None:
-        return kg.random_input_set(spec, seed, dev)
-    torch.manual_seed(seed)  # custom input entry points draw from the global generator
-    gen = torch.Generator(device=dev)
-    gen.manual_seed(seed)
-    specs = workload["inputs"]
-    scalars = {k: s["value"] for k, s in specs.items() if s.get("type") == "scalar"}
-    custom = None
-    if any(s.get("type") == "custom" for s in specs.values()):
-        fn = getattr(STATE["module"], d.get("custom_inputs_entrypoint") or "", None)
-        if fn is None:
-            raise RuntimeError("workload uses `custom` inputs but the reference has no custom_inputs_entrypoint")
-        custom = fn({**axes, **scalars}, dev)
-    out = []
-    for name, tspec in d["inputs"].items():
-        s = specs[name]
-        t = s.get("type")
-        dtype = kg.torch_dtype(tspec["dtype"])
-        if t == "scalar":
-            out.append(s["value"])
-        elif t == "custom":
-            v = custom[name]
-            out.append(v.to(dev) if isinstance(v, torch.Tensor) else v)
-        elif t == "safetensors":
-            import safetensors.torch as st
+    spec, files = _input_spec(workload, shapes, axes)
+    out = kg.random_input_set(spec, seed, STATE["device"])
+    if files:
+        import safetensors.torch as st
 
-            p = s["path"]
-            if not os.path.isabs(p):
-                p = os.path.join(STATE["problem_dir"], p)
-            out.append(st.load_file(p)[s["tensor_key"]].to(dev))
-        else:
-            shape = shapes[name]
-            if shape is None:
-                out.append(kg.random_tensor(name, (), dtype, dev, gen).item())
-            else:
-                out.append(kg.random_tensor(name, tuple(shape), dtype, dev, gen))
+        entries = spec["inputs"] if isinstance(spec, dict) else spec
+        for i, e in enumerate(entries):
+            if "safetensors" in e:
+                s = workload["inputs"][e["safetensors"]]
+                p = s["path"]
+                if not os.path.isabs(p):
+                    p = os.path.join(STATE["problem_dir"], p)
+                out[i] = st.load_file(p)[s["tensor_key"]].to(STATE["device"])
     return out
 
 

@@ -165,3 +165,22 @@ def test_custom_inputs_are_drawn_alike_by_the_judge_and_from_the_source_alone(tm
     assert judge.kg.digest(drawn) == rep["digest"]
     assert judge.kg.digest(judge.kg.random_input_set(draws[0]["spec"], int(draws[0]["seed"]) + 1,
                                                      torch.device("cpu"))) != rep["digest"]
+
+
+def test_a_safetensors_input_is_read_from_its_file_beside_drawn_ones(tmp_path):
+    # Inputs from a file never go to the candidate as a draw; the judge fills them in from
+    # the file and draws the rest exactly as a workload without files would.
+    import safetensors.torch as st
+
+    table = torch.arange(12, dtype=torch.float32).view(3, 4)
+    st.save_file({"t": table}, str(tmp_path / "w.safetensors"))
+    judge.STATE.update(definition={"inputs": {"x": {"dtype": "float32"}, "w": {"dtype": "float32"}},
+                                   "outputs": {"y": {"dtype": "float32"}}}, problem_dir=str(tmp_path))
+    w = {"uuid": "w-s", "inputs": {"x": {"type": "random"},
+                                   "w": {"type": "safetensors", "path": "w.safetensors", "tensor_key": "t"}}}
+    shapes = {"x": [5], "w": [3, 4]}
+    assert judge.random_spec(w, shapes, {}) is None
+    x, wt = judge.gen_inputs(w, shapes, {}, 7)
+    assert torch.equal(wt, table)
+    drawn = judge.kg.random_input_set([{"name": "x", "dtype": "float32", "shape": [5]}], 7, torch.device("cpu"))
+    assert torch.equal(x, drawn[0])
