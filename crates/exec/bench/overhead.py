@@ -1,10 +1,12 @@
 """Criterion (c) from a corpus run's traces: the harness's time per workload beyond the timed loops.
 
-Usage: python3 crates/exec/bench/overhead.py TRACES_DIR [--all]
+Usage: python3 crates/exec/bench/overhead.py TRACES_DIR [--all] [--each]
 Reads every trace under TRACES_DIR (kg-bench run's -o directory, or any tree of *.jsonl) and
 prints medians over the steady-state workloads (the first workload of each trace file left out:
 it carries the candidate's process start and first compiles; --all keeps them) of what the
-`harness:` log lines and the timing notes report, in ms, each part over both sides.
+`harness:` log lines and the timing notes report, in ms, each part over both sides, and how
+many are at or under 50 ms. --each first prints one line per workload: its problem, its
+position, the time beyond the timed loops and the phases it is made of.
 """
 import glob
 import json
@@ -36,7 +38,7 @@ def rows(path, keep_first):
             m = OVERHEAD.search(log)
             if not m:
                 continue
-            r = {"beyond_loops": float(m[4]), "beyond_calls": float(m[5]), "workload": float(m[1]),
+            r = {"problem": os.path.basename(os.path.dirname(f)), "index": i, "beyond_loops": float(m[4]), "beyond_calls": float(m[5]), "workload": float(m[1]),
                  "method": ev.get("performance", {}).get("timing_method"), "status": ev.get("status")}
             p = PHASES.search(log)
             if p:
@@ -49,6 +51,11 @@ def rows(path, keep_first):
                           "rounds_judge_check": float(c[3])})
             for side, js in NOTES.findall(log):
                 b = json.loads(js).get("bracket_ms", {})
+                # Each side's timing phase less its timed loop: warm-up (the reference's),
+                # calibration, the profiler's stop and read, round trips.
+                phase = {"candidate": "timed_batch", "reference": "reference_timing"}[side]
+                if phase in r and "calls" in b:
+                    r[phase + "_beyond_loop"] = r[phase] - b["calls"]
                 for k in ("cupti_start", "calibration", "cupti_stop", "cupti_parse"):
                     if k in b:
                         r[k] = r.get(k, 0.0) + b[k]
@@ -65,10 +72,17 @@ def main():
     rs = rows(args[0], "--all" in sys.argv)
     if not rs:
         sys.exit(f"no trace with a `harness: overhead` line under {args[0]}")
+    if "--each" in sys.argv:
+        for r in rs:
+            parts = "  ".join(f"{k} {r[k]:.1f}" for k in ("rounds", "prepare_timed", "load_warmup",
+                                                          "timed_batch_beyond_loop", "rechecks",
+                                                          "reference_timing_beyond_loop") if k in r)
+            print(f"{r['problem'][:40]:40} {r['index']:2}  beyond loops {r['beyond_loops']:7.1f}  {parts}")
     keys = [k for k in rs[0] if isinstance(rs[0][k], float)]
     print(f"workloads: {len(rs)}; methods: {sorted({str(r['method']) for r in rs})}; "
           f"statuses: {sorted({str(r['status']) for r in rs})}; "
-          f"CUPTI fallbacks (sides): {sum(r.get('fallbacks', 0) for r in rs)}")
+          f"CUPTI fallbacks (sides): {sum(r.get('fallbacks', 0) for r in rs)}; "
+          f"beyond the timed loops at or under 50 ms: {sum(r['beyond_loops'] <= 50.0 for r in rs)} of {len(rs)}")
     for k in keys:
         v = sorted(r[k] for r in rs if k in r)
         q = statistics.quantiles(v, n=4) if len(v) >= 2 else [v[0]] * 3

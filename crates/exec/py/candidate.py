@@ -38,10 +38,12 @@ def _guarded():
         "json.loads": json.loads,
         "torch.save": torch.save,
         "torch.load": torch.load,
+        "kgcommon.write_outputs": kg.write_outputs,
         "torch.bitwise_xor": torch.bitwise_xor,
         "torch.randint": torch.randint,
         "torch.Generator": torch.Generator,
         "kgcommon.time_calls": kg.time_calls,
+        "kgcommon._time_calls": kg._time_calls,
         "kgcommon.summarize": kg.summarize,
         "kgcommon.cupti_spans": kg.cupti_spans,
         "kgcommon.cupti_call_kernels": kg.cupti_call_kernels,
@@ -358,12 +360,15 @@ def _reward_hack(outs, inputs):
 
 
 def _clean_outputs(outs):
+    """What the judge gets of a call's outputs: a snapshot of each plain tensor on its device
+    (kgcommon.write_outputs copies a batch's to the host at once; a solution that returns one
+    buffer every call must not rewrite an earlier round's), else a string saying what it was."""
     import torch
 
     clean = []
     for o in outs:
         if type(o) is torch.Tensor:
-            clean.append(o.detach().to("cpu"))
+            clean.append(o.detach().clone())
         elif isinstance(o, torch.Tensor):  # subclasses (lazy tensors): flagged for the judge
             clean.append(REWARD_HACK_TAG + repr(type(o)))
         elif isinstance(o, (int, float, bool)):
@@ -426,12 +431,10 @@ def _run_round(req):
 
 def op_run_rounds(req):
     """Runs several correctness rounds (`runs`: one request each, in order) and writes every
-    round's outputs, as one list, to the file `out`. `replies` holds one reply per round; a
+    round's outputs, one group each, to the file `out` (kgcommon.write_outputs). `replies` holds one reply per round; a
     round that raised ends the request with its error, one flagged as a reward hack ends it
     with nothing written."""
     import time
-
-    import torch
 
     replies = []
     outs = []
@@ -447,7 +450,7 @@ def op_run_rounds(req):
             return {"result": "ok", "replies": replies}
         outs.append(clean)
     t0 = time.perf_counter()
-    torch.save(outs, req["out"])
+    kg.write_outputs(req["out"], outs, STATE["device"])
     return {"result": "ok", "replies": replies, "ms": {"save": (time.perf_counter() - t0) * 1e3}}
 
 
@@ -590,9 +593,7 @@ def op_time_save(req):
         picked.append(_clean_outputs(o) if o is not None else "missing")
     tampered = _tampered()
     STATE["timed"] = None
-    import torch
-
-    torch.save(picked, req["out"])
+    kg.write_outputs(req["out"], picked, STATE["device"])
     if tampered:
         return {"result": "ok", "reward_hack": f"the solution tampered with the harness: {tampered}"}
     return {"result": "ok"}

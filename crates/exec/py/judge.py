@@ -2,7 +2,8 @@
 
 Generates inputs from workloads with a secret per-run seed, runs the reference, keeps its
 outputs in memory, compares candidate outputs and decides statuses. It never imports a
-candidate's code: candidate outputs arrive as files loaded with `torch.load(weights_only=True)`.
+candidate's code: candidate outputs arrive as raw bytes behind a header it checks
+(`kgcommon.read_outputs`), never as a pickle.
 Correctness rounds come in batches (`prepare_rounds`, `check_rounds`).
 """
 
@@ -433,8 +434,8 @@ def op_draws(req):
 
 
 def op_check_rounds(req):
-    """Compares the candidate's outputs of several rounds (one file: a list of each round's
-    outputs, in the order of `rounds`) against the kept reference outputs. `results` holds one
+    """Compares the candidate's outputs of several rounds (one file of kgcommon.write_outputs: a
+    group of outputs per round, in the order of `rounds`) against the kept reference outputs. `results` holds one
     check result per round, ending at the first that did not pass."""
     rounds = [int(r) for r in req["rounds"]]
     kept = STATE.get("ref_rounds") or {}
@@ -443,7 +444,7 @@ def op_check_rounds(req):
         return kg.error_reply("protocol", f"no reference outputs kept for round(s) {missing}")
     t0 = time.perf_counter()
     try:
-        got = torch.load(req["path"], map_location="cpu", weights_only=True)
+        got = kg.read_outputs(req["path"], STATE["device"])
     except Exception as e:
         return {"result": "ok", "results": [{"status": "RUNTIME_ERROR", "message": f"candidate outputs unreadable: {type(e).__name__}: {e}"}]}
     if not isinstance(got, list) or len(got) != len(rounds):
@@ -560,18 +561,20 @@ def _prepare_generated(w, spec, want, cap):
     belongs to no timed set."""
     dev = STATE["device"]
     seeds = [_derive_seed(w["uuid"], j, "timed") for j in range(want)]
+    # The probe set (a seed of no timed set) is drawn as a timed set is: its draw time bounds
+    # the candidate's per-set draws inside the dual clock, its bytes size the sets.
+    probe_seed = _derive_seed(w["uuid"], 0, "probe")
     kg._sync(dev)
     t0 = time.perf_counter()
-    first = kg.random_input_set(spec, seeds[0], dev)
+    probe_set = kg.random_input_set(spec, probe_seed, dev)
     kg._sync(dev)
     gen_ms = (time.perf_counter() - t0) * 1e3
     # One input set is alive at a time (each lives for its call); every call's outputs are kept.
     out_bytes = _set_bytes(STATE["ref_out"].get("outputs") or [])
-    count = max(1, min(want, max(3, (cap - _set_bytes(first)) // max(out_bytes, 1))))
+    count = max(1, min(want, max(3, (cap - _set_bytes(probe_set)) // max(out_bytes, 1))))
     seeds = seeds[:count]
-    del first
-    probe_seed = _derive_seed(w["uuid"], 0, "probe")
-    probe = kg.digest(kg.random_input_set(spec, probe_seed, dev))
+    probe = kg.digest(probe_set)
+    del probe_set
     STATE["timed"] = {"seeds": seeds, "spec": spec}
     STATE["timed_ref_sealed"] = ("generate", seeds, spec)
     return {"result": "ok", "count": count, "keys": [str(k) for k in seeds], "seal_ms": [gen_ms] * count,
@@ -603,26 +606,43 @@ def op_sample_timed(req):
     return {"result": "ok", "indices": picked}
 
 
-def op_check_timed(req):
-    """Checks the sampled timed outputs against the reference run on the same inputs."""
+def op_timed_refs(req):
+    """Runs the reference on the sampled timed calls' input sets and keeps its outputs for
+    check_timed (the parent asks while the candidate saves its timed outputs)."""
     t = STATE.get("timed")
     if not t or "picked" not in t:
         return kg.error_reply("protocol", "no sampled timed calls")
+    dev = STATE["device"]
+    refs = []
+    for i in t["picked"]:
+        try:
+            refs.append(run_reference([x.to(dev) if isinstance(x, torch.Tensor) else x for x in _timed_set(t, i)]))
+        except Exception as e:
+            return kg.error_reply("invalid_reference", f"the reference raised on timed inputs: {type(e).__name__}: {e}", traceback.format_exc())
+    t["refs"] = refs
+    return {"result": "ok"}
+
+
+def op_check_timed(req):
+    """Checks the sampled timed outputs against the reference run on the same inputs (by
+    op_timed_refs, or here)."""
+    t = STATE.get("timed")
+    if not t or "picked" not in t:
+        return kg.error_reply("protocol", "no sampled timed calls")
+    if "refs" not in t:
+        r = op_timed_refs(req)
+        if r.get("result") != "ok":
+            return r
     try:
-        got = torch.load(req["path"], map_location="cpu", weights_only=True)
+        got = kg.read_outputs(req["path"], STATE["device"])
     except Exception as e:
         return {"result": "ok", "status": "RUNTIME_ERROR", "message": f"timed outputs unreadable: {type(e).__name__}: {e}"}
     if not isinstance(got, list) or len(got) != len(t["picked"]):
         return {"result": "ok", "status": "RUNTIME_ERROR", "message": "timed outputs do not match the sampled calls"}
-    dev = STATE["device"]
     pairs = []
-    for i, outs in zip(t["picked"], got):
+    for i, outs, ref in zip(t["picked"], got, t["refs"]):
         if not isinstance(outs, list):
             return {"result": "ok", "status": "INCORRECT_NUMERICAL", "message": f"timed call {i}: no outputs kept"}
-        try:
-            ref = run_reference([x.to(dev) if isinstance(x, torch.Tensor) else x for x in _timed_set(t, i)])
-        except Exception as e:
-            return kg.error_reply("invalid_reference", f"the reference raised on timed inputs: {type(e).__name__}: {e}", traceback.format_exc())
         pairs.append((outs, ref))
     STATE["timed"] = None
     worst = None
@@ -716,6 +736,7 @@ if __name__ == "__main__":
         "time_reference": op_time_reference,
         "prepare_timed": op_prepare_timed,
         "sample_timed": op_sample_timed,
+        "timed_refs": op_timed_refs,
         "check_timed": op_check_timed,
         "clocks": op_clocks,
     })

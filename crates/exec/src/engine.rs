@@ -1189,30 +1189,8 @@ impl Session {
         let tol_json = serde_json::to_value(tol).unwrap_or(Value::Null);
         let outputs = Self::output_specs(problem, w);
         let rounds = self.opts.rounds.max(1);
-        let mut max_abs: f64 = 0.0;
-        let mut max_rel: f64 = 0.0;
-        let mut min_ratio: f64 = 1.0;
-        let mut has_nan = false;
-        let mut has_inf = false;
-        let merge = |r: &Value,
-                     max_abs: &mut f64,
-                     max_rel: &mut f64,
-                     min_ratio: &mut f64,
-                     has_nan: &mut bool,
-                     has_inf: &mut bool| {
-            let f = |k: &str| r.get(k).and_then(Value::as_f64);
-            if let Some(v) = f("max_abs") {
-                *max_abs = max_abs.max(v);
-            }
-            if let Some(v) = f("max_rel") {
-                *max_rel = max_rel.max(v);
-            }
-            if let Some(v) = f("matched_ratio") {
-                *min_ratio = min_ratio.min(v);
-            }
-            *has_nan |= r.get("has_nan").and_then(Value::as_bool).unwrap_or(false);
-            *has_inf |= r.get("has_inf").and_then(Value::as_bool).unwrap_or(false);
-        };
+        let mut figs = Figures::new();
+        let mut pending = None;
         let mut last_in = Value::Null;
         let mut costs = RoundCosts::default();
         // Round inputs that are random, scalar or custom (the problem's own generator) are drawn
@@ -1230,7 +1208,7 @@ impl Session {
         while next < rounds {
             let batch: Vec<u32> = (next..rounds.min(next + per_batch)).collect();
             batches += 1;
-            let out = xfer.join(format!("out_{}.pt", batch[0]));
+            let out = xfer.join(format!("out_{}.bin", batch[0]));
             let ins: Vec<PathBuf> = batch
                 .iter()
                 .map(|r| xfer.join(format!("in_{r}.pt")))
@@ -1381,68 +1359,16 @@ impl Session {
             next += batch.len() as u32;
             let check =
                 json!({"op": "check_rounds", "rounds": batch, "path": out, "tolerance": tol_json});
+            last_in = inputs.pop().unwrap_or(Value::Null);
+            if next >= rounds {
+                // The last batch is checked while the candidate loads and warms up for timing.
+                pending = Some(PendingCheck { batch, req: check });
+                break;
+            }
             let t_op = Instant::now();
             let r = self.judge_request(&check, deadline);
             costs.add("judge check", t_op, r.as_ref().ok());
-            let r = match r {
-                Ok(r) => r,
-                Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
-                Err(JudgeFail::Other(m)) => {
-                    return Ok(Outcome::fail(
-                        Status::RuntimeError,
-                        format!("the judge failed while checking outputs: {m}"),
-                    ));
-                }
-            };
-            if !reply_ok(&r) {
-                return Ok(Outcome::fail(Status::RuntimeError, reply_message(&r)));
-            }
-            let results = replies_of(&r, "results");
-            if results.is_empty() {
-                return Ok(Outcome::fail(
-                    Status::RuntimeError,
-                    "the judge returned no check results",
-                ));
-            }
-            for (&round, res) in batch.iter().zip(&results) {
-                merge(
-                    res,
-                    &mut max_abs,
-                    &mut max_rel,
-                    &mut min_ratio,
-                    &mut has_nan,
-                    &mut has_inf,
-                );
-                let status = res
-                    .get("status")
-                    .and_then(Value::as_str)
-                    .and_then(Status::parse)
-                    .unwrap_or(Status::RuntimeError);
-                if status != Status::Passed {
-                    let msg = format!(
-                        "round {round}: {}",
-                        res.get("message").and_then(Value::as_str).unwrap_or("")
-                    );
-                    let mut o = Outcome::fail(status, msg);
-                    if status.has_correctness() {
-                        o.correctness = Some(correctness(
-                            max_abs,
-                            max_rel,
-                            has_nan,
-                            has_inf,
-                            min_ratio,
-                            round + 1,
-                        ));
-                    }
-                    return Ok(o);
-                }
-            }
-            if let Some(o) = short_batch(
-                Status::RuntimeError,
-                "the judge checked",
-                results.len(),
-                batch.len(),
-            ) {
+            if let Some(o) = Self::round_check_outcome(r, &batch, &mut figs)? {
                 return Ok(o);
             }
             let _ = std::fs::remove_file(&out);
@@ -1451,7 +1377,6 @@ impl Session {
                     let _ = std::fs::remove_file(inp);
                 }
             }
-            last_in = inputs.pop().unwrap_or(Value::Null);
         }
         // Timing, on the last round's inputs; the outputs of the timed calls are checked again.
         let method = self.opts.timing_method();
@@ -1475,22 +1400,14 @@ impl Session {
             &method_name,
             budget,
             deadline,
+            (pending, &mut figs, &mut costs),
         )? {
             Timed::Fail(mut o) => {
                 if let Some(r) = &o.check
                     && o.outcome.status.has_correctness()
                 {
-                    merge(
-                        r,
-                        &mut max_abs,
-                        &mut max_rel,
-                        &mut min_ratio,
-                        &mut has_nan,
-                        &mut has_inf,
-                    );
-                    o.outcome.correctness = Some(correctness(
-                        max_abs, max_rel, has_nan, has_inf, min_ratio, rounds,
-                    ));
+                    figs.merge(r);
+                    o.outcome.correctness = Some(figs.correctness(rounds));
                 }
                 return Ok(o.outcome);
             }
@@ -1566,7 +1483,7 @@ impl Session {
         }
         log.push_str(&format!("harness: round inputs: {round_inputs}\n"));
         log.push_str(&format!(
-            "harness: correctness round costs (ms, summed over {rounds} rounds in {batches} batch(es), {overlapped} of them run in the candidate while the judge prepared them): {}\n",
+            "harness: correctness round costs (ms, summed over {rounds} rounds in {batches} batch(es), {overlapped} of them run in the candidate while the judge prepared them; the last batch checked while the candidate warmed up for timing): {}\n",
             costs.line()
         ));
         if let Some(h) = tr.get("handover").and_then(Value::as_str) {
@@ -1614,9 +1531,7 @@ impl Session {
         Ok(Outcome {
             status: Status::Passed,
             log,
-            correctness: Some(correctness(
-                max_abs, max_rel, has_nan, has_inf, min_ratio, rounds,
-            )),
+            correctness: Some(figs.correctness(rounds)),
             performance: Some(Performance {
                 latency_ms: c_lat,
                 reference_latency_ms: r_lat,
@@ -1630,10 +1545,67 @@ impl Session {
         })
     }
 
+    /// The outcome of the judge's `check_rounds` reply `r` for `batch`: the first round that
+    /// did not pass (its figures merged into `figs` up to it), or None when every round passed.
+    fn round_check_outcome(
+        r: Result<Value, JudgeFail>,
+        batch: &[u32],
+        figs: &mut Figures,
+    ) -> Result<Option<Outcome>, ExecError> {
+        let r = match r {
+            Ok(r) => r,
+            Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
+            Err(JudgeFail::Other(m)) => {
+                return Ok(Some(Outcome::fail(
+                    Status::RuntimeError,
+                    format!("the judge failed while checking outputs: {m}"),
+                )));
+            }
+        };
+        if !reply_ok(&r) {
+            return Ok(Some(Outcome::fail(Status::RuntimeError, reply_message(&r))));
+        }
+        let results = replies_of(&r, "results");
+        if results.is_empty() {
+            return Ok(Some(Outcome::fail(
+                Status::RuntimeError,
+                "the judge returned no check results",
+            )));
+        }
+        for (&round, res) in batch.iter().zip(&results) {
+            figs.merge(res);
+            let status = res
+                .get("status")
+                .and_then(Value::as_str)
+                .and_then(Status::parse)
+                .unwrap_or(Status::RuntimeError);
+            if status != Status::Passed {
+                let msg = format!(
+                    "round {round}: {}",
+                    res.get("message").and_then(Value::as_str).unwrap_or("")
+                );
+                let mut o = Outcome::fail(status, msg);
+                if status.has_correctness() {
+                    o.correctness = Some(figs.correctness(round + 1));
+                }
+                return Ok(Some(o));
+            }
+        }
+        Ok(short_batch(
+            Status::RuntimeError,
+            "the judge checked",
+            results.len(),
+            batch.len(),
+        ))
+    }
+
     /// The timed calls: the judge writes distinct input sets (one per timed iteration), the
     /// candidate warms up on the last correctness round's inputs and times one call per set;
     /// the parent measures the wall time around the timed batch (dual clock); after timing the
     /// judge picks which timed outputs to check and checks them against its reference.
+    /// `pending`, the last correctness batch's check, runs in the judge while the candidate
+    /// loads and warms up (its figures merged into `figs`, its cost into `costs`); a batch
+    /// that failed it ends the workload with that outcome.
     #[allow(clippy::too_many_arguments)]
     fn timed_calls(
         &mut self,
@@ -1645,7 +1617,14 @@ impl Session {
         method_name: &str,
         budget: Option<f64>,
         deadline: Instant,
+        (mut pending, figs, costs): (Option<PendingCheck>, &mut Figures, &mut RoundCosts),
     ) -> Result<Timed, ExecError> {
+        let failed = |o: Outcome| {
+            Timed::Fail(Box::new(TimedFail {
+                outcome: o,
+                check: None,
+            }))
+        };
         let outputs = Self::output_specs(problem, w);
         let tol_json = serde_json::to_value(w.workload.tolerance()).unwrap_or(Value::Null);
         let gpu = !self.opts.device.is_cpu();
@@ -1667,7 +1646,19 @@ impl Session {
                 "cupti": method_name == "cupti",
                 "budget_bytes": if gpu { integrity::TIMED_INPUT_BUDGET_GPU } else { integrity::TIMED_INPUT_BUDGET_CPU },
             });
-            let r = match self.judge_request(&preq, deadline) {
+            let r = self.judge_request(&preq, deadline);
+            if !matches!(&r, Ok(v) if reply_ok(v))
+                && let Some(p) = pending.take()
+            {
+                // The candidate's outputs are judged before the reference's timed inputs are.
+                let t_op = Instant::now();
+                let cr = self.judge_request(&p.req, deadline);
+                costs.add("judge check", t_op, cr.as_ref().ok());
+                if let Some(o) = Self::round_check_outcome(cr, &p.batch, figs)? {
+                    return Ok(failed(o));
+                }
+            }
+            let r = match r {
                 Ok(r) if reply_ok(&r) => r,
                 Ok(r) => return Ok(Timed::fail(Status::InvalidReference, reply_message(&r))),
                 Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
@@ -1701,14 +1692,22 @@ impl Session {
                 "op": "time_load", "in": last_in, "timed_in": timed_in, "outputs": outputs,
                 "warmup": self.opts.warmup, "budget_s": budget, "generate": generated,
             });
-            let lr = match self.candidate_call(cand, &lreq, deadline)? {
-                Ok(lr) => lr,
-                Err(o) => {
-                    return Ok(Timed::Fail(Box::new(TimedFail {
-                        outcome: o,
-                        check: None,
-                    })));
+            let lr = match pending.take() {
+                Some(p) => {
+                    let (cr, took, lr) = self.judge_request_during(&p.req, deadline, |s| {
+                        s.candidate_call(cand, &lreq, deadline)
+                    });
+                    costs.add_ms("judge check", took.as_secs_f64() * 1e3, cr.as_ref().ok());
+                    if let Some(o) = Self::round_check_outcome(cr, &p.batch, figs)? {
+                        return Ok(failed(o));
+                    }
+                    lr?
                 }
+                None => self.candidate_call(cand, &lreq, deadline)?,
+            };
+            let lr = match lr {
+                Ok(lr) => lr,
+                Err(o) => return Ok(failed(o)),
             };
             load_s += t_load.elapsed().as_secs_f64();
             if generated.is_none() {
@@ -1771,20 +1770,26 @@ impl Session {
             Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
             Err(JudgeFail::Other(m)) => return Ok(Timed::fail(Status::RuntimeError, m)),
         };
-        let timed_out = xfer.join("out_timed.pt");
+        let timed_out = xfer.join("out_timed.bin");
         let save = json!({"op": "time_save", "indices": indices, "out": timed_out});
-        match self.candidate_call(cand, &save, deadline)? {
-            Err(o) => {
-                return Ok(Timed::Fail(Box::new(TimedFail {
-                    outcome: o,
-                    check: None,
-                })));
-            }
+        // The judge runs its reference on the sampled sets while the candidate saves them.
+        let (refs, _, saved) =
+            self.judge_request_during(&json!({"op": "timed_refs"}), deadline, |s| {
+                s.candidate_call(cand, &save, deadline)
+            });
+        match saved? {
+            Err(o) => return Ok(failed(o)),
             Ok(r) => {
                 if let Some(m) = r.get("reward_hack").and_then(Value::as_str) {
                     return Ok(Timed::fail(Status::RewardHack, m.to_string()));
                 }
             }
+        }
+        match refs {
+            Ok(r) if reply_ok(&r) => {}
+            Ok(r) => return Ok(Timed::fail(Status::InvalidReference, reply_message(&r))),
+            Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
+            Err(JudgeFail::Other(m)) => return Ok(Timed::fail(Status::RuntimeError, m)),
         }
         let check = json!({"op": "check_timed", "path": timed_out, "tolerance": tol_json});
         match self.judge_request(&check, deadline) {
@@ -1931,6 +1936,62 @@ fn dual_clock_after_reference(
         gpu,
         extra + integrity::DUAL_CLOCK_REFERENCE_FACTOR * ref_unexplained,
     )
+}
+
+/// The correctness figures of a workload, merged over every check of its outputs.
+struct Figures {
+    max_abs: f64,
+    max_rel: f64,
+    min_ratio: f64,
+    has_nan: bool,
+    has_inf: bool,
+}
+
+impl Figures {
+    fn new() -> Self {
+        Figures {
+            max_abs: 0.0,
+            max_rel: 0.0,
+            min_ratio: 1.0,
+            has_nan: false,
+            has_inf: false,
+        }
+    }
+
+    /// Merges one check result's figures (`max_abs`, `max_rel`, `matched_ratio`, `has_nan`,
+    /// `has_inf`, each where present).
+    fn merge(&mut self, r: &Value) {
+        let f = |k: &str| r.get(k).and_then(Value::as_f64);
+        if let Some(v) = f("max_abs") {
+            self.max_abs = self.max_abs.max(v);
+        }
+        if let Some(v) = f("max_rel") {
+            self.max_rel = self.max_rel.max(v);
+        }
+        if let Some(v) = f("matched_ratio") {
+            self.min_ratio = self.min_ratio.min(v);
+        }
+        self.has_nan |= r.get("has_nan").and_then(Value::as_bool).unwrap_or(false);
+        self.has_inf |= r.get("has_inf").and_then(Value::as_bool).unwrap_or(false);
+    }
+
+    fn correctness(&self, rounds: u32) -> Correctness {
+        correctness(
+            self.max_abs,
+            self.max_rel,
+            self.has_nan,
+            self.has_inf,
+            self.min_ratio,
+            rounds,
+        )
+    }
+}
+
+/// The judge's check of the last correctness batch, sent while the candidate loads and warms
+/// up for timing.
+struct PendingCheck {
+    batch: Vec<u32>,
+    req: Value,
 }
 
 /// A failed timed phase: the outcome, and the judge's check reply when there was one.

@@ -67,21 +67,29 @@ def test_shape_and_dtype_are_checked_first():
 
 def test_a_batch_of_rounds_is_checked_in_order_up_to_the_first_failure(tmp_path):
     judge.STATE["ref_rounds"] = {1: [torch.ones(3)], 2: [torch.ones(3)], 3: [torch.ones(3)]}
-    path = str(tmp_path / "out.pt")
+    path = str(tmp_path / "out.bin")
     # round 2 is wrong, round 3 wrong in shape: only round 2's failure is reported
-    torch.save([[torch.ones(3)], [torch.zeros(3)], [torch.ones(4)]], path)
+    judge.kg.write_outputs(path, [[torch.ones(3)], [torch.zeros(3)], [torch.ones(4)]], torch.device("cpu"))
     res = judge.op_check_rounds({"rounds": [1, 2, 3], "path": path, "tolerance": TOL})
     assert [r["status"] for r in res["results"]] == ["PASSED", "INCORRECT_NUMERICAL"]
 
 
 def test_a_batch_that_hands_over_fewer_rounds_than_it_ran_is_a_runtime_error(tmp_path):
     judge.STATE["ref_rounds"] = {1: [torch.ones(3)], 2: [torch.ones(3)]}
-    path = str(tmp_path / "out.pt")
-    torch.save([[torch.ones(3)]], path)
+    path = str(tmp_path / "out.bin")
+    judge.kg.write_outputs(path, [[torch.ones(3)]], torch.device("cpu"))
     res = judge.op_check_rounds({"rounds": [1, 2], "path": path, "tolerance": TOL})
     assert res["results"][0]["status"] == "RUNTIME_ERROR" and "1 round output(s), 2 expected" in res["results"][0]["message"]
     # rounds the judge never prepared are a protocol error, not a verdict on the candidate
     assert judge.op_check_rounds({"rounds": [5], "path": path, "tolerance": TOL})["result"] == "error"
+
+
+def test_outputs_that_are_not_an_outputs_file_are_a_runtime_error_not_a_crash(tmp_path):
+    judge.STATE["ref_rounds"] = {1: [torch.ones(3)]}
+    path = tmp_path / "out.bin"
+    torch.save([[torch.ones(3)]], str(path))  # a pickle is never read
+    res = judge.op_check_rounds({"rounds": [1], "path": str(path), "tolerance": TOL})
+    assert res["results"][0]["status"] == "RUNTIME_ERROR" and "not a kernelgate outputs file" in res["results"][0]["message"]
 
 
 def test_rounds_compared_together_report_each_rounds_own_figures():

@@ -4,6 +4,7 @@ output stashes.
 CUPTI records are modelled as kgcupti returns them: (correlation id, start ns, end ns, name).
 """
 
+import json
 import os
 import struct
 import sys
@@ -281,6 +282,11 @@ def test_digest_of_a_large_tensor_samples_it_and_still_tells_generators_apart():
         c = a.clone()
         c[i] += 1.0
         assert kg.digest([c]) != kg.digest([a]), i
+    # so is one at a chunk in the middle of the stride
+    stride = (a.numel() * 4 - kg.DIGEST_CHUNK) // (kg.DIGEST_CHUNKS - 1)
+    c = a.clone()
+    c[4096 * stride // 4] += 1.0
+    assert kg.digest([c]) != kg.digest([a])
     # dtype and shape are part of the digest, small tensors are hashed whole
     assert kg.digest([a.view(2, -1)]) != kg.digest([a])
     s = torch.arange(10)
@@ -400,3 +406,57 @@ def test_a_failed_layout_check_keeps_every_later_start_from_recording(monkeypatc
     why = kg.cupti_warmup(torch.device("cpu"))
     assert "did not read" in why
     assert r.start().startswith("CUPTI unusable: CUPTI records did not read")
+
+
+def test_outputs_file_round_trips_every_dtype_shape_and_string():
+    import tempfile
+
+    groups = [
+        [torch.randn(3, 5).to(torch.bfloat16), torch.arange(7, dtype=torch.int64), torch.tensor(2.5)],
+        [torch.zeros(0, 4), torch.tensor([True, False, True]), "<class 'NoneType'>"],
+        "missing",
+        [torch.randn(6, 4).t()],  # not contiguous
+    ]
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "o.bin")
+        kg.write_outputs(p, groups, torch.device("cpu"))
+        got = kg.read_outputs(p, torch.device("cpu"))
+    assert got[2] == "missing" and got[1][2] == "<class 'NoneType'>"
+    for g, h in ((groups[0], got[0]), (groups[1][:2], got[1][:2]), (groups[3], got[3])):
+        for a, b in zip(g, h):
+            assert b.dtype == a.dtype and b.shape == a.shape and torch.equal(a, b)
+
+
+def _hostile(path, header, data=b"", magic=kg.OUTPUTS_MAGIC):
+    head = json.dumps(header).encode()
+    pre = magic + len(head).to_bytes(8, "little") + head
+    with open(path, "wb") as f:
+        f.write(pre + bytes(kg._aligned(len(pre)) - len(pre)) + data)
+
+
+@pytest.mark.parametrize("header,data,why", [
+    ({"groups": [[{"dtype": "float32", "shape": [4], "offset": 0, "nbytes": 16}]]}, b"\0" * 8, "past the end"),
+    ({"groups": [[{"dtype": "float32", "shape": [4], "offset": 0, "nbytes": 12}]]}, b"\0" * 16, "do not hold"),
+    ({"groups": [[{"dtype": "object", "shape": [1], "offset": 0, "nbytes": 8}]]}, b"\0" * 8, "not supported"),
+    ({"groups": [[{"dtype": "float32", "shape": [-1], "offset": 0, "nbytes": 4}]]}, b"\0" * 8, "not a list of sizes"),
+    ({"groups": [[{"dtype": "float32", "shape": [1], "offset": 3, "nbytes": 4}]]}, b"\0" * 8, "aligned"),
+    ({"groups": [[{"dtype": "float32", "shape": [1 << 40], "offset": 0, "nbytes": 1 << 42}]]}, b"\0" * 8, "past the end"),
+    ({"groups": 3}, b"", "no list of groups"),
+    ([1, 2], b"", "no list of groups"),
+])
+def test_outputs_file_from_a_hostile_candidate_is_refused_with_the_reason(tmp_path, header, data, why):
+    p = str(tmp_path / "o.bin")
+    _hostile(p, header, data)
+    with pytest.raises(ValueError, match=why):
+        kg.read_outputs(p, torch.device("cpu"))
+
+
+def test_outputs_file_with_a_huge_header_or_another_magic_is_refused(tmp_path):
+    p = str(tmp_path / "o.bin")
+    with open(p, "wb") as f:
+        f.write(kg.OUTPUTS_MAGIC + (kg.OUTPUTS_HEADER_MAX + 1).to_bytes(8, "little"))
+    with pytest.raises(ValueError, match="at most"):
+        kg.read_outputs(p, torch.device("cpu"))
+    _hostile(p, {"groups": []}, magic=b"PK\x03\x04xxxx")
+    with pytest.raises(ValueError, match="not a kernelgate outputs file"):
+        kg.read_outputs(p, torch.device("cpu"))
