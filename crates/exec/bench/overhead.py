@@ -5,7 +5,8 @@ Reads every trace under TRACES_DIR (kg-bench run's -o directory, or any tree of 
 prints medians over the steady-state workloads (the first workload of each trace file left out:
 it carries the candidate's process start and first compiles; --all keeps them) of what the
 `harness:` log lines and the timing notes report, in ms, each part over both sides, and how
-many are at or under 50 ms. --each first prints one line per workload: its problem, its
+many are at or under 50 ms, also once the warm-up calls and the correctness rounds' calls
+(kernel work the run asked for) are left out too. --each first prints one line per workload: its problem, its
 position, the time beyond the timed loops and the phases it is made of.
 """
 import glob
@@ -21,6 +22,9 @@ OVERHEAD = re.compile(r"harness: overhead: workload ([\d.]+) ms; timed loops: ca
 PHASES = re.compile(r"harness: phases: correctness rounds ([\d.]+) s; timed inputs prepared ([\d.]+) s; "
                     r"candidate load \+ warm-up ([\d.]+) s; timed batch ([\d.]+) s; sampled re-checks ([\d.]+) s; "
                     r"reference timing ([\d.]+) s")
+ASKED = re.compile(r"harness: kernel calls asked for: warm-up candidate ([\d.]+) ms, reference ([\d.]+) ms; "
+                   r"correctness rounds' calls candidate ([\d.]+) ms, reference ([\d.]+) ms; "
+                   r"beyond these and the timed loops ([\d.-]+) ms")
 NOTES = re.compile(r"timing notes \((candidate|reference)\): (\{.*\})")
 COSTS = re.compile(r"judge prepare ([\d.]+).*candidate run ([\d.]+).*judge check ([\d.]+)")
 
@@ -45,6 +49,10 @@ def rows(path, keep_first):
                 r.update({"rounds": float(p[1]) * 1e3, "prepare_timed": float(p[2]) * 1e3,
                           "load_warmup": float(p[3]) * 1e3, "timed_batch": float(p[4]) * 1e3,
                           "rechecks": float(p[5]) * 1e3, "reference_timing": float(p[6]) * 1e3})
+            a = ASKED.search(log)
+            if a:
+                r.update({"warmup_candidate": float(a[1]), "warmup_reference": float(a[2]),
+                          "beyond_asked_calls": float(a[5])})
             c = COSTS.search(log)
             if c:
                 r.update({"rounds_judge_prepare": float(c[1]), "rounds_candidate_run": float(c[2]),
@@ -77,12 +85,15 @@ def main():
             parts = "  ".join(f"{k} {r[k]:.1f}" for k in ("rounds", "prepare_timed", "load_warmup",
                                                           "timed_batch_beyond_loop", "rechecks",
                                                           "reference_timing_beyond_loop") if k in r)
-            print(f"{r['problem'][:40]:40} {r['index']:2}  beyond loops {r['beyond_loops']:7.1f}  {parts}")
+            asked = f"  beyond asked calls {r['beyond_asked_calls']:7.1f}" if "beyond_asked_calls" in r else ""
+            print(f"{r['problem'][:40]:40} {r['index']:2}  beyond loops {r['beyond_loops']:7.1f}{asked}  {parts}")
     keys = [k for k in rs[0] if isinstance(rs[0][k], float)]
     print(f"workloads: {len(rs)}; methods: {sorted({str(r['method']) for r in rs})}; "
           f"statuses: {sorted({str(r['status']) for r in rs})}; "
           f"CUPTI fallbacks (sides): {sum(r.get('fallbacks', 0) for r in rs)}; "
-          f"beyond the timed loops at or under 50 ms: {sum(r['beyond_loops'] <= 50.0 for r in rs)} of {len(rs)}")
+          f"beyond the timed loops at or under 50 ms: {sum(r['beyond_loops'] <= 50.0 for r in rs)} of {len(rs)}"
+          + (f"; beyond the kernel calls asked for (timed loops, warm-ups, rounds' calls) at or under 50 ms: "
+             f"{sum(r['beyond_asked_calls'] <= 50.0 for r in rs)} of {len(rs)}" if all("beyond_asked_calls" in r for r in rs) else ""))
     for k in keys:
         v = sorted(r[k] for r in rs if k in r)
         q = statistics.quantiles(v, n=4) if len(v) >= 2 else [v[0]] * 3

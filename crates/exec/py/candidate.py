@@ -499,12 +499,12 @@ def op_time_load(req):
     }
     warm_out = _alloc_outputs(req["outputs"]) if STATE["dps"] else None
     try:
-        kg.warm_up(lambda: _invoke(warm_in, warm_out), STATE["device"], int(req["warmup"]), req.get("budget_s"))
+        warm_ms = kg.warm_up(lambda: _invoke(warm_in, warm_out), STATE["device"], int(req["warmup"]), req.get("budget_s"))
     except BaseException as e:
         kg.flush_stdio()
         return kg.error_reply("runtime", f"the solution raised while warming up: {type(e).__name__}: {e}", traceback.format_exc())
     kg.flush_stdio()
-    reply = {"result": "ok", "count": len(sets)}
+    reply = {"result": "ok", "count": len(sets), "warmup_ms": warm_ms}
     if probe is not None:
         reply["probe_digest"] = probe
     return reply

@@ -687,7 +687,7 @@ def op_time_reference(req):
             n = len(sets)
         warm = [_clone(x) for x in inputs]
         try:
-            kg.warm_up(lambda: fn(*warm), dev, warmup, req.get("budget_s"))
+            warm_ms = kg.warm_up(lambda: fn(*warm), dev, warmup, req.get("budget_s"))
         except Exception as e:
             return kg.error_reply("invalid_reference", f"the reference raised while warming up: {type(e).__name__}: {e}", traceback.format_exc())
         warmup, iterations = 0, n
@@ -698,6 +698,7 @@ def op_time_reference(req):
         after = lambda a, r: kg.stash_outputs(r, stash[a[1]])  # noqa: E731
     else:
         keys = None
+        warm_ms = None  # inside time_calls
         k = max(1, int(req.get("clones", 1)))
         sets = [[_clone(x) for x in inputs] for _ in range(k)]
         after = None
@@ -717,7 +718,7 @@ def op_time_reference(req):
     # The batch's wall time (trusted: the judge's clock) bounds how much time an honest batch
     # spends outside its calls; the parent's dual clock allows the candidate a multiple of it.
     return {"result": "ok", "times_ms": times, "notes": notes, "spread": kg.summarize(times),
-            "batch_wall_ms": batch_wall_ms}
+            "batch_wall_ms": batch_wall_ms, "warmup_ms": warm_ms}
 
 
 def op_clocks(req):

@@ -850,13 +850,14 @@ SPINS_PER_CALIBRATION = 2
 def warm_up(fn, dev, count, budget_s=None):
     """Calls `fn()` up to `count` times, synchronising the device after each call; stops after a
     quarter of `budget_s` (the CPU time budget). The candidate's and the reference's warm-up
-    both run through here, so they are alike."""
+    both run through here, so they are alike. Returns how long it took, in ms."""
     t0 = time.monotonic()
     for _ in range(count):
         fn()
         _sync(dev)
         if budget_s is not None and time.monotonic() - t0 > budget_s / 4:
             break
+    return (time.monotonic() - t0) * 1e3
 
 
 def cupti_warmup(dev):

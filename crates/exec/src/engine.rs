@@ -1514,10 +1514,17 @@ impl Session {
         if let Some(n) = cupti_note {
             log.push_str(&format!("harness: {n}\n"));
         }
+        let wall_ms = t_workload.elapsed().as_secs_f64() * 1e3;
         log.push_str(&overhead_line(
-            t_workload.elapsed().as_secs_f64() * 1e3,
+            wall_ms,
             (&tr, cand_sum_ms),
             (&rr, ref_sum_ms),
+        ));
+        log.push_str(&asked_calls_line(
+            wall_ms,
+            (&tr, cand_sum_ms),
+            (&rr, ref_sum_ms),
+            &costs,
         ));
         for (who, v) in [("candidate", &tr), ("reference", &rr)] {
             let mut notes = v.get("notes").cloned().unwrap_or(Value::Null);
@@ -1634,6 +1641,7 @@ impl Session {
         let mut handover = "sealed files (an input is read from a file)";
         let mut keys = integrity::TimedKeys::new(Vec::new(), Vec::new());
         let mut ref_host_ms = None;
+        let mut warmup_ms = 0.0;
         // First choice: the timed sets are drawn in the candidate from per-set seeds (the
         // keys), so no bytes move; files when an input is from safetensors, or when the
         // candidate's generator does not reproduce the judge's probe set.
@@ -1710,6 +1718,7 @@ impl Session {
                 Err(o) => return Ok(failed(o)),
             };
             load_s += t_load.elapsed().as_secs_f64();
+            warmup_ms += lr.get("warmup_ms").and_then(Value::as_f64).unwrap_or(0.0);
             if generated.is_none() {
                 break;
             }
@@ -1818,6 +1827,7 @@ impl Session {
             o.insert("handover".into(), json!(handover));
             o.insert("spin_us".into(), json!(spin_us));
             o.insert("ref_host_ms".into(), json!(ref_host_ms));
+            o.insert("warmup_ms".into(), json!(warmup_ms));
             o.insert(
                 "phases_s".into(),
                 json!({"prepare": prep_s, "load": load_s, "batch": outside_ms / 1e3,
@@ -1876,6 +1886,15 @@ impl RoundCosts {
         }
     }
 
+    /// The summed `key` part of every request of kind `op` (0 when none reported it).
+    fn part(&self, op: &str, key: &str) -> f64 {
+        self.ops
+            .get(op)
+            .and_then(|(_, parts)| parts.get(key))
+            .copied()
+            .unwrap_or(0.0)
+    }
+
     fn line(&self) -> String {
         let mut out = Vec::new();
         for (op, (wall, parts)) in &self.ops {
@@ -1895,16 +1914,41 @@ impl RoundCosts {
 /// every timed call with its flush, spin and syncs; the summed call times where a worker has no
 /// such note, as on the CPU), and less the calls' own reported times only.
 fn overhead_line(wall_ms: f64, cand: (&Value, f64), reference: (&Value, f64)) -> String {
-    let loop_ms = |(v, sum): (&Value, f64)| {
-        v.pointer("/notes/bracket_ms/calls")
-            .and_then(Value::as_f64)
-            .unwrap_or(sum)
-    };
-    let (cl, rl) = (loop_ms(cand), loop_ms(reference));
+    let (cl, rl) = (timed_loop_ms(cand), timed_loop_ms(reference));
     format!(
         "harness: overhead: workload {wall_ms:.1} ms; timed loops: candidate {cl:.1} ms, reference {rl:.1} ms; beyond the timed loops {:.1} ms; beyond the timed calls' own time {:.1} ms\n",
         wall_ms - cl - rl,
         wall_ms - cand.1 - reference.1
+    )
+}
+
+/// A side's timed loop (`bracket_ms.calls` of its timing notes), else its summed call times.
+fn timed_loop_ms((v, sum): (&Value, f64)) -> f64 {
+    v.pointer("/notes/bracket_ms/calls")
+        .and_then(Value::as_f64)
+        .unwrap_or(sum)
+}
+
+/// The trace's account of the harness's time beyond the kernel calls the run asked for: each
+/// side's timed loop and warm-up (`warmup_ms` of the timing replies), and the correctness
+/// rounds' calls (the candidate's `call` and the judge's `reference` parts of the round costs;
+/// the two sides run a batch at once, so only the longer counts).
+fn asked_calls_line(
+    wall_ms: f64,
+    cand: (&Value, f64),
+    reference: (&Value, f64),
+    costs: &RoundCosts,
+) -> String {
+    let (cl, rl) = (timed_loop_ms(cand), timed_loop_ms(reference));
+    let warm = |v: &Value| v.get("warmup_ms").and_then(Value::as_f64).unwrap_or(0.0);
+    let (cw, rw) = (warm(cand.0), warm(reference.0));
+    let (cc, rc) = (
+        costs.part("candidate run", "call"),
+        costs.part("judge prepare", "reference"),
+    );
+    format!(
+        "harness: kernel calls asked for: warm-up candidate {cw:.1} ms, reference {rw:.1} ms; correctness rounds' calls candidate {cc:.1} ms, reference {rc:.1} ms; beyond these and the timed loops {:.1} ms\n",
+        wall_ms - cl - rl - cw - rw - cc.max(rc)
     )
 }
 
@@ -2148,6 +2192,28 @@ mod tests {
         );
         assert!(
             line.contains("candidate 30.0 ms, reference 20.0 ms"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn asked_calls_leave_out_warm_ups_and_the_longer_sides_round_calls() {
+        let cand = json!({"notes": {"bracket_ms": {"calls": 5.0}}, "warmup_ms": 4.0});
+        let reference = json!({"notes": {"bracket_ms": {"calls": 20.0}}, "warmup_ms": 6.0});
+        let mut costs = RoundCosts::default();
+        costs.add_ms("candidate run", 12.0, [&json!({"ms": {"call": 3.0}})]);
+        costs.add_ms("judge prepare", 11.0, [&json!({"ms": {"reference": 7.0}})]);
+        let line = asked_calls_line(100.0, (&cand, 1.0), (&reference, 1.0), &costs);
+        // 100 - 5 - 20 (loops) - 4 - 6 (warm-ups) - max(3, 7) (rounds' calls) = 58
+        assert!(
+            line.ends_with("beyond these and the timed loops 58.0 ms\n"),
+            "{line}"
+        );
+        // no timing notes (the CPU): the summed call times stand for the loops
+        let none = RoundCosts::default();
+        let line = asked_calls_line(100.0, (&json!({}), 5.0), (&json!({}), 20.0), &none);
+        assert!(
+            line.ends_with("beyond these and the timed loops 75.0 ms\n"),
             "{line}"
         );
     }
