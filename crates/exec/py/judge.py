@@ -62,6 +62,7 @@ def op_hello(req):
         torch.zeros(1, device=dev)
         if req.get("cupti"):
             kg.cupti_warmup(dev)
+        kg.output_stage(kg.OUTPUT_STAGE_BYTES, dev)  # pinned once here, not in a workload
     STATE["device"] = dev
     # Everything the judge may import later is imported now, before any candidate has run,
     # so a module planted afterwards (in a directory on sys.path) is never picked up.

@@ -460,3 +460,13 @@ def test_outputs_file_with_a_huge_header_or_another_magic_is_refused(tmp_path):
     _hostile(p, {"groups": []}, magic=b"PK\x03\x04xxxx")
     with pytest.raises(ValueError, match="not a kernelgate outputs file"):
         kg.read_outputs(p, torch.device("cpu"))
+
+
+def test_outputs_read_on_the_cpu_are_not_overwritten_by_the_next_read(tmp_path):
+    cpu = torch.device("cpu")
+    a, b = str(tmp_path / "a.bin"), str(tmp_path / "b.bin")
+    kg.write_outputs(a, [[torch.ones(4)]], cpu)
+    kg.write_outputs(b, [[torch.zeros(4)]], cpu)
+    first = kg.read_outputs(a, cpu)
+    kg.read_outputs(b, cpu)
+    assert torch.equal(first[0][0], torch.ones(4))
