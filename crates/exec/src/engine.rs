@@ -1626,12 +1626,6 @@ impl Session {
         deadline: Instant,
         (mut pending, figs, costs): (Option<PendingCheck>, &mut Figures, &mut RoundCosts),
     ) -> Result<Timed, ExecError> {
-        let failed = |o: Outcome| {
-            Timed::Fail(Box::new(TimedFail {
-                outcome: o,
-                check: None,
-            }))
-        };
         let outputs = Self::output_specs(problem, w);
         let tol_json = serde_json::to_value(w.workload.tolerance()).unwrap_or(Value::Null);
         let gpu = !self.opts.device.is_cpu();
@@ -1663,7 +1657,7 @@ impl Session {
                 let cr = self.judge_request(&p.req, deadline);
                 costs.add("judge check", t_op, cr.as_ref().ok());
                 if let Some(o) = Self::round_check_outcome(cr, &p.batch, figs)? {
-                    return Ok(failed(o));
+                    return Ok(Timed::failed(o));
                 }
             }
             let r = match r {
@@ -1707,7 +1701,7 @@ impl Session {
                     });
                     costs.add_ms("judge check", took.as_secs_f64() * 1e3, cr.as_ref().ok());
                     if let Some(o) = Self::round_check_outcome(cr, &p.batch, figs)? {
-                        return Ok(failed(o));
+                        return Ok(Timed::failed(o));
                     }
                     lr?
                 }
@@ -1715,7 +1709,7 @@ impl Session {
             };
             let lr = match lr {
                 Ok(lr) => lr,
-                Err(o) => return Ok(failed(o)),
+                Err(o) => return Ok(Timed::failed(o)),
             };
             load_s += t_load.elapsed().as_secs_f64();
             warmup_ms += lr.get("warmup_ms").and_then(Value::as_f64).unwrap_or(0.0);
@@ -1746,10 +1740,7 @@ impl Session {
         let tr = match tr {
             Ok(r) => r,
             Err(o) => {
-                return Ok(Timed::Fail(Box::new(TimedFail {
-                    outcome: o,
-                    check: None,
-                })));
+                return Ok(Timed::failed(o));
             }
         };
         let t_checks = Instant::now();
@@ -1787,7 +1778,7 @@ impl Session {
                 s.candidate_call(cand, &save, deadline)
             });
         match saved? {
-            Err(o) => return Ok(failed(o)),
+            Err(o) => return Ok(Timed::failed(o)),
             Ok(r) => {
                 if let Some(m) = r.get("reward_hack").and_then(Value::as_str) {
                     return Ok(Timed::fail(Status::RewardHack, m.to_string()));
@@ -2051,8 +2042,13 @@ enum Timed {
 
 impl Timed {
     fn fail(status: Status, log: impl Into<String>) -> Self {
+        Self::failed(Outcome::fail(status, log))
+    }
+
+    /// A failed timed phase with `outcome` and no check reply.
+    fn failed(outcome: Outcome) -> Self {
         Timed::Fail(Box::new(TimedFail {
-            outcome: Outcome::fail(status, log),
+            outcome,
             check: None,
         }))
     }
