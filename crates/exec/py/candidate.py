@@ -431,9 +431,9 @@ def _run_round(req):
 
 def op_run_rounds(req):
     """Runs several correctness rounds (`runs`: one request each, in order) and writes every
-    round's outputs, one group each, to the file `out` (kgcommon.write_outputs). `replies` holds one reply per round; a
-    round that raised ends the request with its error, one flagged as a reward hack ends it
-    with nothing written."""
+    round's outputs, one group each, to the file `out` (kgcommon.write_outputs). `replies`
+    holds one reply per round; a round that raised ends the request with its error, one
+    flagged as a reward hack ends it with nothing written."""
     import time
 
     replies = []

@@ -300,13 +300,14 @@ def _invalid(outs, ref):
         if isinstance(o, str) and o.startswith("kg:reward_hack:"):
             return {"status": "REWARD_HACK", "message": f"output `{n}` is a torch.Tensor subclass ({o[len('kg:reward_hack:'):]}); only plain torch.Tensor outputs are accepted"}
     for n, o, r in zip(names, outs, ref):
-        if type(o) is not torch.Tensor:
+        if type(o) is not torch.Tensor and not isinstance(o, kg.ForeignTensor):
             return {"status": "INCORRECT_SHAPE", "message": f"output `{n}` is a {type(o).__name__}, expected a torch.Tensor"}
         if o.shape != r.shape:
             return {"status": "INCORRECT_SHAPE", "message": f"output `{n}` has shape {list(o.shape)}, expected {list(r.shape)}"}
     for n, o, r in zip(names, outs, ref):
-        if o.dtype != r.dtype:
-            return {"status": "INCORRECT_DTYPE", "message": f"output `{n}` has dtype {kg.dtype_name(o.dtype)}, expected {kg.dtype_name(r.dtype)}"}
+        got = o.dtype_name if isinstance(o, kg.ForeignTensor) else kg.dtype_name(o.dtype)
+        if got != kg.dtype_name(r.dtype):
+            return {"status": "INCORRECT_DTYPE", "message": f"output `{n}` has dtype {got}, expected {kg.dtype_name(r.dtype)}"}
     return None
 
 
@@ -436,8 +437,8 @@ def op_draws(req):
 
 def op_check_rounds(req):
     """Compares the candidate's outputs of several rounds (one file of kgcommon.write_outputs: a
-    group of outputs per round, in the order of `rounds`) against the kept reference outputs. `results` holds one
-    check result per round, ending at the first that did not pass."""
+    group of outputs per round, in the order of `rounds`) against the kept reference outputs.
+    `results` holds one check result per round, ending at the first that did not pass."""
     rounds = [int(r) for r in req["rounds"]]
     kept = STATE.get("ref_rounds") or {}
     missing = [r for r in rounds if r not in kept]

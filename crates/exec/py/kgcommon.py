@@ -1132,8 +1132,19 @@ def output_stage(n, dev):
     return _STAGE[0][:n]
 
 
+class ForeignTensor:
+    """A tensor output of a dtype outside the judge's table (complex, a wide unsigned type):
+    its bytes are never read; the judge reports its dtype (INCORRECT_DTYPE) or its shape."""
+
+    def __init__(self, dtype, shape):
+        import torch
+
+        self.dtype_name = dtype[:40]
+        self.shape = torch.Size(shape)
+
+
 def _out_entry(e, size):
-    """A header entry as (dtype, offset, nbytes, shape), or its string."""
+    """A header entry as (dtype, offset, nbytes, shape), a ForeignTensor, or its string."""
     if not isinstance(e, dict):
         raise ValueError("an output entry is not an object")
     if "str" in e:
@@ -1142,10 +1153,13 @@ def _out_entry(e, size):
         return e["str"]
     if not isinstance(e.get("dtype"), str):
         raise ValueError("an output entry names no dtype")
-    dt = torch_dtype(e["dtype"])  # ValueError for a name not in the table
     shape, o, n = e.get("shape"), e.get("offset"), e.get("nbytes")
     if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
         raise ValueError(f"shape {shape!r} is not a list of sizes")
+    try:
+        dt = torch_dtype(e["dtype"])
+    except ValueError:
+        return ForeignTensor(e["dtype"], shape)
     if type(o) is not int or type(n) is not int or o < 0 or o % OUTPUTS_ALIGN:
         raise ValueError(f"offset {o!r} is not an aligned position")
     if n != math.prod(shape) * dt.itemsize:

@@ -192,3 +192,15 @@ def test_a_safetensors_input_is_read_from_its_file_beside_drawn_ones(tmp_path):
     assert torch.equal(wt, table)
     drawn = judge.kg.random_input_set([{"name": "x", "dtype": "float32", "shape": [5]}], 7, torch.device("cpu"))
     assert torch.equal(x, drawn[0])
+
+
+def test_an_output_of_a_dtype_outside_the_table_is_a_dtype_error_not_unreadable(tmp_path):
+    judge.STATE["ref_rounds"] = {1: [torch.ones(3)], 2: [torch.ones(3)]}
+    path = str(tmp_path / "out.bin")
+    judge.kg.write_outputs(path, [[torch.ones(3, dtype=torch.complex64)]], torch.device("cpu"))
+    res = judge.op_check_rounds({"rounds": [1], "path": path, "tolerance": TOL})["results"][0]
+    assert res["status"] == "INCORRECT_DTYPE" and "complex64" in res["message"]
+    # its shape is still checked first
+    judge.kg.write_outputs(path, [[torch.ones(4, dtype=torch.complex64)]], torch.device("cpu"))
+    res = judge.op_check_rounds({"rounds": [2], "path": path, "tolerance": TOL})["results"][0]
+    assert res["status"] == "INCORRECT_SHAPE"

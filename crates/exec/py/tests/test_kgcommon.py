@@ -437,7 +437,7 @@ def _hostile(path, header, data=b"", magic=kg.OUTPUTS_MAGIC):
 @pytest.mark.parametrize("header,data,why", [
     ({"groups": [[{"dtype": "float32", "shape": [4], "offset": 0, "nbytes": 16}]]}, b"\0" * 8, "past the end"),
     ({"groups": [[{"dtype": "float32", "shape": [4], "offset": 0, "nbytes": 12}]]}, b"\0" * 16, "do not hold"),
-    ({"groups": [[{"dtype": "object", "shape": [1], "offset": 0, "nbytes": 8}]]}, b"\0" * 8, "not supported"),
+    ({"groups": [[{"dtype": 7, "shape": [1], "offset": 0, "nbytes": 8}]]}, b"\0" * 8, "names no dtype"),
     ({"groups": [[{"dtype": "float32", "shape": [-1], "offset": 0, "nbytes": 4}]]}, b"\0" * 8, "not a list of sizes"),
     ({"groups": [[{"dtype": "float32", "shape": [1], "offset": 3, "nbytes": 4}]]}, b"\0" * 8, "aligned"),
     ({"groups": [[{"dtype": "float32", "shape": [1 << 40], "offset": 0, "nbytes": 1 << 42}]]}, b"\0" * 8, "past the end"),
@@ -470,3 +470,11 @@ def test_outputs_read_on_the_cpu_are_not_overwritten_by_the_next_read(tmp_path):
     first = kg.read_outputs(a, cpu)
     kg.read_outputs(b, cpu)
     assert torch.equal(first[0][0], torch.ones(4))
+
+
+def test_an_output_of_a_dtype_outside_the_table_is_named_not_read(tmp_path):
+    p = str(tmp_path / "o.bin")
+    # its bytes lie past the end: never read, since nothing is made of them
+    _hostile(p, {"groups": [[{"dtype": "object", "shape": [2, 3], "offset": 0, "nbytes": 1 << 40}]]})
+    (o,), = kg.read_outputs(p, torch.device("cpu"))
+    assert isinstance(o, kg.ForeignTensor) and o.dtype_name == "object" and list(o.shape) == [2, 3]
