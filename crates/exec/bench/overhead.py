@@ -6,8 +6,8 @@ prints medians over the steady-state workloads (the first workload of each trace
 it carries the candidate's process start and first compiles; --all keeps them) of what the
 `harness:` log lines and the timing notes report, in ms, each part over both sides, and how
 many are at or under 50 ms, also once the warm-up calls and the correctness rounds' calls
-(kernel work the run asked for) are left out too. --each first prints one line per workload: its problem, its
-position, the time beyond the timed loops and the phases it is made of.
+(kernel work the run asked for) are left out too. --each first prints one line per workload:
+its problem, its position, the time beyond the timed loops and the phases it is made of.
 """
 import glob
 import json
@@ -42,7 +42,8 @@ def rows(path, keep_first):
             m = OVERHEAD.search(log)
             if not m:
                 continue
-            r = {"problem": os.path.basename(os.path.dirname(f)), "index": i, "beyond_loops": float(m[4]), "beyond_calls": float(m[5]), "workload": float(m[1]),
+            r = {"problem": os.path.basename(os.path.dirname(f)), "index": i,
+                 "beyond_loops": float(m[4]), "beyond_calls": float(m[5]), "workload": float(m[1]),
                  "method": ev.get("performance", {}).get("timing_method"), "status": ev.get("status")}
             p = PHASES.search(log)
             if p:
