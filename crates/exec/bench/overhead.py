@@ -42,7 +42,8 @@ def rows(path, keep_first):
             m = OVERHEAD.search(log)
             if not m:
                 continue
-            r = {"problem": os.path.basename(os.path.dirname(f)), "index": i,
+            r = {"refused": int("harness: CUPTI timing not used" in log),
+                 "problem": os.path.basename(os.path.dirname(f)), "index": i,
                  "beyond_loops": float(m[4]), "beyond_calls": float(m[5]), "workload": float(m[1]),
                  "method": ev.get("performance", {}).get("timing_method"), "status": ev.get("status")}
             p = PHASES.search(log)
@@ -92,6 +93,7 @@ def main():
     print(f"workloads: {len(rs)}; methods: {sorted({str(r['method']) for r in rs})}; "
           f"statuses: {sorted({str(r['status']) for r in rs})}; "
           f"CUPTI fallbacks (sides): {sum(r.get('fallbacks', 0) for r in rs)}; "
+          f"CUPTI spans refused (both sides timed by events): {sum(r['refused'] for r in rs)}; "
           f"beyond the timed loops at or under 50 ms: {sum(r['beyond_loops'] <= 50.0 for r in rs)} of {len(rs)}"
           + (f"; beyond the kernel calls asked for (timed loops, warm-ups, rounds' calls) at or under 50 ms: "
              f"{sum(r['beyond_asked_calls'] <= 50.0 for r in rs)} of {len(rs)}" if all("beyond_asked_calls" in r for r in rs) else ""))
