@@ -66,8 +66,8 @@ def rows(path, keep_first):
                 phase = {"candidate": "timed_batch", "reference": "reference_timing"}[side]
                 if phase in r and "calls" in b:
                     r[phase + "_beyond_loop"] = r[phase] - b["calls"]
-                for k in ("cupti_start", "calibration", "cupti_stop", "cupti_parse"):
-                    if k in b:
+                for k in ("cupti_start", "calibration", "cupti_stop", "cupti_decode", "cupti_parse"):
+                    if b.get(k) is not None:
                         r[k] = r.get(k, 0.0) + b[k]
                 if "cupti_fallback" in js:
                     r["fallbacks"] = r.get("fallbacks", 0) + 1

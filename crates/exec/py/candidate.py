@@ -213,7 +213,7 @@ def op_hello(req):
         if req.get("cupti"):
             kg.kgcupti.RECORDER.load()  # here, so the guarded snapshot below holds its library
             # CUPTI's one-time start-up (seconds) overlaps loading the solution; joined before
-            # the first timed call (op_time_load), so no thread of ours runs while timing.
+            # the warm-up before timing (op_time_load), so no thread of ours runs while timing.
             import threading
 
             t = threading.Thread(target=lambda: STATE.__setitem__("cupti_why", kg.cupti_warmup(dev)),
@@ -463,14 +463,30 @@ def _load_sets(path):
 
 
 def op_time_load(req):
-    """Loads the timed input sets (distinct values, one per timed iteration, sealed by the judge)
-    and warms up on the last correctness round's inputs, so nothing the warm-up sees is ever
+    """Warms up on the last correctness round's inputs (while the judge checks the last batch
+    and prepares the timed sets: op_time_sets comes next), so nothing the warm-up sees is ever
     timed."""
     w = STATE.pop("cupti_warmup", None)
     if w is not None:
         w.join()
     STATE["output_names"] = [o["name"] for o in req["outputs"]]
+    STATE["timed"] = None
     warm_in = _load_inputs(req["in"])
+    warm_out = _alloc_outputs(req["outputs"]) if STATE["dps"] else None
+    try:
+        warm_ms = kg.warm_up(lambda: _invoke(warm_in, warm_out), STATE["device"], int(req["warmup"]), req.get("budget_s"))
+    except BaseException as e:
+        kg.flush_stdio()
+        return kg.error_reply("runtime", f"the solution raised while warming up: {type(e).__name__}: {e}", traceback.format_exc())
+    kg.flush_stdio()
+    return {"result": "ok", "warmup_ms": warm_ms}
+
+
+def op_time_sets(req):
+    """Sets up the timed input sets (distinct values, one per timed iteration): drawn as each
+    call starts from the seed the parent hands out then (`generate`), or sealed by the judge
+    in the file `timed_in`."""
+    STATE["output_names"] = [o["name"] for o in req["outputs"]]
     gen = req.get("generate")
     probe = None
     if gen:
@@ -497,14 +513,7 @@ def op_time_load(req):
         "stash": [_alloc_outputs(req["outputs"]) for _ in sets],
         "generate": (gen["spec"], STATE["device"], len(sets)) if gen else None,
     }
-    warm_out = _alloc_outputs(req["outputs"]) if STATE["dps"] else None
-    try:
-        warm_ms = kg.warm_up(lambda: _invoke(warm_in, warm_out), STATE["device"], int(req["warmup"]), req.get("budget_s"))
-    except BaseException as e:
-        kg.flush_stdio()
-        return kg.error_reply("runtime", f"the solution raised while warming up: {type(e).__name__}: {e}", traceback.format_exc())
-    kg.flush_stdio()
-    reply = {"result": "ok", "count": len(sets), "warmup_ms": warm_ms}
+    reply = {"result": "ok", "count": len(sets)}
     if probe is not None:
         reply["probe_digest"] = probe
     return reply
@@ -516,7 +525,7 @@ def op_time(req):
 
     t = STATE["timed"]
     if t is None:
-        return kg.error_reply("protocol", "`time` before `time_load`")
+        return kg.error_reply("protocol", "`time` before `time_sets`")
     tampered = _tampered()
     if tampered:
         return {"result": "ok", "reward_hack": f"the solution tampered with the harness before timing: {tampered}"}
@@ -613,5 +622,5 @@ if __name__ == "__main__":
     faulthandler.enable()
     kg.serve({
         "hello": op_hello, "load": op_load, "run_rounds": op_run_rounds,
-        "time_load": op_time_load, "time": op_time, "time_save": op_time_save,
+        "time_load": op_time_load, "time_sets": op_time_sets, "time": op_time, "time_save": op_time_save,
     })

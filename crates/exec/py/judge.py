@@ -206,11 +206,18 @@ def normalize_outputs(res):
     return out
 
 
-def run_reference(inputs):
+def run_reference(inputs, sync=True):
     res = STATE["module"].run(*[_clone(x) for x in inputs])
-    if STATE["device"].type == "cuda":
+    if sync and STATE["device"].type == "cuda":
         torch.cuda.synchronize()
     return normalize_outputs(res)
+
+
+def _nan_everywhere(outs):
+    """Per output of `outs`, a device flag: floating, not empty, and NaN in every element
+    (read back by the caller, once for a whole batch of rounds)."""
+    return [torch.isnan(o).all() if o.numel() > 0 and (o.dtype.is_floating_point or o.dtype.is_complex) else None
+            for o in outs]
 
 
 def _check_declared(outs, shapes):
@@ -225,9 +232,12 @@ def _check_declared(outs, shapes):
     return None
 
 
-def op_prepare(req):
+def op_prepare(req, batched=False):
     """Generates round inputs, hands them to the candidate (as the round's seed when no input is
-    read from a file, else as a file), runs and keeps the reference."""
+    read from a file, else as a file), runs and keeps the reference. `batched` (op_prepare_rounds):
+    the reference is not waited for, and its NaN-everywhere check is left to the caller (one
+    synchronisation a batch: the GPU runs a round's reference while the next round's inputs
+    are drawn)."""
     w = req["workload"]
     r = int(req["round"])
     STATE["problem_dir"] = req.get("problem_dir") or "."
@@ -251,16 +261,17 @@ def op_prepare(req):
     try:
         t0 = time.perf_counter()
         ms["digest"] = (t0 - t_digest) * 1e3
-        ref = run_reference(inputs)
+        ref = run_reference(inputs, sync=not batched)
         ref_s = time.perf_counter() - t0
     except Exception as e:
         return kg.error_reply("invalid_reference", f"the reference raised: {type(e).__name__}: {e}", traceback.format_exc())
     bad = _check_declared(ref, req["output_shapes"])
     if bad:
         return kg.error_reply("invalid_reference", "the reference's " + bad)
-    for n, o in zip(STATE["definition"]["outputs"], ref):
-        if o.numel() > 0 and (o.dtype.is_floating_point or o.dtype.is_complex) and bool(torch.isnan(o.float()).all()):
-            return kg.error_reply("invalid_reference", f"the reference's output `{n}` is NaN everywhere")
+    if not batched:
+        bad = _nan_reply([[bool(f) if f is not None else False for f in _nan_everywhere(ref)]])
+        if bad is not None:
+            return bad
     t_const = time.perf_counter()
     if req.get("check_constant"):
         has_random = any(s.get("type") in ("random", "custom") for s in w["inputs"].values())
@@ -414,14 +425,52 @@ def op_prepare_rounds(req):
     reference outputs are kept for `check_rounds`, the last round's inputs for timing."""
     kept = {}
     replies = []
+    flags = []
     for r in req["rounds"]:
-        rep = op_prepare(r)
+        rep = op_prepare(r, batched=True)
         replies.append(rep)
         if rep.get("result") != "ok":
             break
         kept[int(r["round"])] = STATE["ref_out"]["outputs"]
+        flags.append(_nan_everywhere(STATE["ref_out"]["outputs"]))
+    ok = [rep for rep in replies if rep.get("result") == "ok"]
+    if ok:
+        # One wait for every round's reference (an error of its kernels surfaces here), then
+        # every NaN-everywhere flag in one read.
+        t0 = time.perf_counter()
+        try:
+            if STATE["device"].type == "cuda":
+                torch.cuda.synchronize()
+            seen = _read_flags(flags)
+        except Exception as e:
+            STATE["ref_rounds"] = {}
+            return {"result": "ok", "replies": ok[:-1] + [kg.error_reply(
+                "invalid_reference", f"the reference failed: {type(e).__name__}: {e}", traceback.format_exc())]}
+        ok[-1]["ms"]["reference"] = ok[-1]["ms"].get("reference", 0.0) + (time.perf_counter() - t0) * 1e3
+        for j, row in enumerate(seen):
+            bad = _nan_reply([row])
+            if bad is not None:
+                STATE["ref_rounds"] = {}
+                return {"result": "ok", "replies": ok[:j] + [bad]}
     STATE["ref_rounds"] = kept
     return {"result": "ok", "replies": replies}
+
+
+def _read_flags(flags):
+    """`flags` (rows of _nan_everywhere's device flags) as rows of bools, in one copy."""
+    dev = [f for row in flags for f in row if f is not None]
+    host = iter(torch.stack(dev).tolist() if dev else [])
+    return [[bool(next(host)) if f is not None else False for f in row] for row in flags]
+
+
+def _nan_reply(rows):
+    """The error reply for the first output that is NaN everywhere in `rows` (one row of bools
+    per round, one per output), or None."""
+    for row in rows:
+        for n, nan in zip(STATE["definition"]["outputs"], row):
+            if nan:
+                return kg.error_reply("invalid_reference", f"the reference's output `{n}` is NaN everywhere")
+    return None
 
 
 def op_draws(req):

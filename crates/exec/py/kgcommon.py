@@ -811,6 +811,7 @@ def _time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, 
         med = lambda v: round(statistics.median(v), 4) if v else None  # noqa: E731
         notes["bracket_ms"] = {"cupti_start": round((t1 - t0) * 1e3, 3), "calls": round((t3 - t1) * 1e3, 3),
                                "calibration": round((t4 - t3) * 1e3, 3), "cupti_stop": round((t5 - t4) * 1e3, 3),
+                               "cupti_decode": round(kgcupti.RECORDER.last_decode_ms, 3) if recording else None,
                                "cupti_parse": round((time.perf_counter() - t5) * 1e3, 3),
                                "pre_median": med(cost["pre"]), "post_median": med(cost["post"])}
         del flush

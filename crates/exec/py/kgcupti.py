@@ -18,6 +18,7 @@ import glob
 import os
 import struct
 import threading
+import time
 
 KIND_MEMCPY = 1
 KIND_MEMSET = 2
@@ -113,6 +114,10 @@ class Recorder:
         self._demangle = _demangler()
         self._on = False
         self._discard = False
+        self._decode_s = 0.0
+        # Host time the last stop() spent reading records out of CUPTI's buffers (the rest of
+        # its time is CUPTI's own flush): diagnostic, reported with the timing notes.
+        self.last_decode_ms = 0.0
 
     def load(self):
         """Loads libcupti and registers the buffer callbacks. Returns None or why not."""
@@ -161,6 +166,7 @@ class Recorder:
         addr = ctypes.cast(buf, ctypes.c_void_p).value
         b = self._held.pop(addr, None)
         out = []
+        t0 = time.perf_counter()
         if b is not None and valid and not self._discard:
             rec = ctypes.c_void_p()
             while self.lib.cuptiActivityGetNextRecord(buf, valid, ctypes.byref(rec)) == 0:
@@ -172,6 +178,7 @@ class Recorder:
         with self._lock:
             self._records += out
             self._dropped += dropped.value
+            self._decode_s += time.perf_counter() - t0
         if b is not None:
             self._free.append(b)
 
@@ -188,7 +195,7 @@ class Recorder:
         if why:
             return why
         with self._lock:
-            self._records, self._dropped = [], 0
+            self._records, self._dropped, self._decode_s = [], 0, 0.0
         for k in KINDS:
             rc = self.lib.cuptiActivityEnable(k)
             if rc != 0:
@@ -225,7 +232,8 @@ class Recorder:
             self._discard = False
         with self._lock:
             recs, dropped = self._records, self._dropped
-            self._records, self._dropped = [], 0
+            self.last_decode_ms = self._decode_s * 1e3
+            self._records, self._dropped, self._decode_s = [], 0, 0.0
         if rc != 0:
             return recs, f"cuptiActivityFlushAll failed ({_result(self.lib, rc)})"
         if dropped:

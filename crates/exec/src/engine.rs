@@ -707,35 +707,71 @@ impl Session {
         deadline: Instant,
         other: impl FnOnce(&Self) -> T,
     ) -> (Result<Value, JudgeFail>, Duration, T) {
+        let (mut rs, t) = self.judge_requests_during(std::slice::from_ref(req), deadline, other);
+        let (r, took) = rs.pop().unwrap_or((
+            Err(JudgeFail::Other("the judge was not asked".into())),
+            Duration::ZERO,
+        ));
+        (r, took, t)
+    }
+
+    /// [`Session::judge_request_during`] for several requests, asked in order; each reply
+    /// comes with how long the judge took over it. After a reply that is not a reply (the
+    /// judge failed), the later requests are not asked and get the same failure.
+    fn judge_requests_during<T>(
+        &mut self,
+        reqs: &[Value],
+        deadline: Instant,
+        other: impl FnOnce(&Self) -> T,
+    ) -> (Vec<JudgeTook>, T) {
         let Some(mut j) = self.judge.take() else {
             let t = other(self);
-            return (
-                Err(JudgeFail::Other("judge not running".into())),
-                Duration::ZERO,
-                t,
-            );
+            let none = || {
+                (
+                    Err(JudgeFail::Other("judge not running".into())),
+                    Duration::ZERO,
+                )
+            };
+            return (reqs.iter().map(|_| none()).collect(), t);
         };
         let cancel = self.cancel.clone();
-        let (r, took, t) = std::thread::scope(|s| {
+        let (rs, t) = std::thread::scope(|s| {
             let h = s.spawn(|| {
-                let t0 = Instant::now();
-                let r = Self::ask_judge(&mut j, req, deadline, &cancel);
-                (r, t0.elapsed())
+                let mut out = Vec::new();
+                for req in reqs {
+                    let t0 = Instant::now();
+                    let r = Self::ask_judge(&mut j, req, deadline, &cancel);
+                    let failed = r.is_err();
+                    out.push((r, t0.elapsed()));
+                    if failed {
+                        break;
+                    }
+                }
+                out
             });
             let t = other(self);
-            match h.join() {
-                Ok((r, took)) => (Some(r), took, t),
-                Err(_) => (None, Duration::ZERO, t),
-            }
+            (h.join().ok(), t)
         });
         self.judge = Some(j);
-        let r = match r {
-            Some(r) => self.judge_reply(r),
-            None => Err(JudgeFail::Other(
-                "the thread waiting on the judge panicked".into(),
-            )),
-        };
-        (r, took, t)
+        let mut out = Vec::new();
+        let mut failure = JudgeFail::Other("the thread waiting on the judge panicked".into());
+        for (r, took) in rs.unwrap_or_default() {
+            let r = self.judge_reply(r);
+            match &r {
+                Err(JudgeFail::Other(m)) => failure = JudgeFail::Other(m.clone()),
+                Err(JudgeFail::Cancelled) => failure = JudgeFail::Cancelled,
+                Ok(_) => {}
+            }
+            out.push((r, took));
+        }
+        while out.len() < reqs.len() {
+            let f = match &failure {
+                JudgeFail::Other(m) => JudgeFail::Other(m.clone()),
+                JudgeFail::Cancelled => JudgeFail::Cancelled,
+            };
+            out.push((Err(f), Duration::ZERO));
+        }
+        (out, t)
     }
 
     fn ask_judge(
@@ -1631,35 +1667,73 @@ impl Session {
         let gpu = !self.opts.device.is_cpu();
         let timed_in = xfer.join("in_timed.pt");
         let mut prep_s = 0.0;
-        let mut load_s = 0.0;
         let mut handover = "sealed files (an input is read from a file)";
+        let iterations = self.opts.iterations.max(1);
+        let prepare_timed = |generate: bool| {
+            json!({
+                "op": "prepare_timed", "workload": w.workload, "path": timed_in,
+                "input_shapes": shapes_json(&w.resolved.inputs), "axes": w.resolved.axes,
+                "iterations": iterations, "generate": generate,
+                "cupti": method_name == "cupti",
+                "budget_bytes": if gpu { integrity::TIMED_INPUT_BUDGET_GPU } else { integrity::TIMED_INPUT_BUDGET_CPU },
+            })
+        };
+        // The candidate warms up on the last round's inputs (none of the timed sets) while the
+        // judge checks the last correctness batch and prepares the timed input sets.
+        let t_load = Instant::now();
+        let lreq = json!({
+            "op": "time_load", "in": last_in, "outputs": outputs,
+            "warmup": self.opts.warmup, "budget_s": budget,
+        });
+        let mut jreqs = Vec::new();
+        let checked = pending.take().map(|p| {
+            jreqs.push(p.req);
+            p.batch
+        });
+        jreqs.push(prepare_timed(true));
+        let (replies, lr) = self.judge_requests_during(&jreqs, deadline, |s| {
+            s.candidate_call(cand, &lreq, deadline)
+        });
+        let load_s = t_load.elapsed().as_secs_f64();
+        let mut replies = replies.into_iter();
+        // The candidate's outputs are judged first, then the reference's timed inputs, then
+        // the candidate's warm-up.
+        if let Some(batch) = checked {
+            let Some((cr, took)) = replies.next() else {
+                return Ok(Timed::fail(
+                    Status::RuntimeError,
+                    "the judge did not check the last batch",
+                ));
+            };
+            costs.add_ms("judge check", took.as_secs_f64() * 1e3, cr.as_ref().ok());
+            if let Some(o) = Self::round_check_outcome(cr, &batch, figs)? {
+                return Ok(Timed::failed(o));
+            }
+        }
+        let mut prepared = replies.next().map(|(r, _)| r);
+        let lr = match lr? {
+            Ok(lr) => lr,
+            Err(o) => {
+                if let Some(Ok(r)) = &prepared
+                    && !reply_ok(r)
+                {
+                    return Ok(Timed::fail(Status::InvalidReference, reply_message(r)));
+                }
+                return Ok(Timed::failed(o));
+            }
+        };
+        let warmup_ms = lr.get("warmup_ms").and_then(Value::as_f64).unwrap_or(0.0);
         let mut keys = integrity::TimedKeys::new(Vec::new(), Vec::new());
         let mut ref_host_ms = None;
-        let mut warmup_ms = 0.0;
         // First choice: the timed sets are drawn in the candidate from per-set seeds (the
         // keys), so no bytes move; files when an input is from safetensors, or when the
         // candidate's generator does not reproduce the judge's probe set.
         for generate in [true, false] {
             let t_prep = Instant::now();
-            let preq = json!({
-                "op": "prepare_timed", "workload": w.workload, "path": timed_in,
-                "input_shapes": shapes_json(&w.resolved.inputs), "axes": w.resolved.axes,
-                "iterations": self.opts.iterations.max(1), "generate": generate,
-                "cupti": method_name == "cupti",
-                "budget_bytes": if gpu { integrity::TIMED_INPUT_BUDGET_GPU } else { integrity::TIMED_INPUT_BUDGET_CPU },
-            });
-            let r = self.judge_request(&preq, deadline);
-            if !matches!(&r, Ok(v) if reply_ok(v))
-                && let Some(p) = pending.take()
-            {
-                // The candidate's outputs are judged before the reference's timed inputs are.
-                let t_op = Instant::now();
-                let cr = self.judge_request(&p.req, deadline);
-                costs.add("judge check", t_op, cr.as_ref().ok());
-                if let Some(o) = Self::round_check_outcome(cr, &p.batch, figs)? {
-                    return Ok(Timed::failed(o));
-                }
-            }
+            let r = match prepared.take() {
+                Some(r) => r,
+                None => self.judge_request(&prepare_timed(generate), deadline),
+            };
             let r = match r {
                 Ok(r) if reply_ok(&r) => r,
                 Ok(r) => return Ok(Timed::fail(Status::InvalidReference, reply_message(&r))),
@@ -1688,35 +1762,18 @@ impl Session {
                 .get("probe_digest")
                 .and_then(Value::as_str)
                 .map(str::to_string);
-            prep_s += t_prep.elapsed().as_secs_f64();
-            let t_load = Instant::now();
-            let lreq = json!({
-                "op": "time_load", "in": last_in, "timed_in": timed_in, "outputs": outputs,
-                "warmup": self.opts.warmup, "budget_s": budget, "generate": generated,
+            let sreq = json!({
+                "op": "time_sets", "timed_in": timed_in, "outputs": outputs, "generate": generated,
             });
-            let lr = match pending.take() {
-                Some(p) => {
-                    let (cr, took, lr) = self.judge_request_during(&p.req, deadline, |s| {
-                        s.candidate_call(cand, &lreq, deadline)
-                    });
-                    costs.add_ms("judge check", took.as_secs_f64() * 1e3, cr.as_ref().ok());
-                    if let Some(o) = Self::round_check_outcome(cr, &p.batch, figs)? {
-                        return Ok(Timed::failed(o));
-                    }
-                    lr?
-                }
-                None => self.candidate_call(cand, &lreq, deadline)?,
-            };
-            let lr = match lr {
-                Ok(lr) => lr,
+            let sr = match self.candidate_call(cand, &sreq, deadline)? {
+                Ok(sr) => sr,
                 Err(o) => return Ok(Timed::failed(o)),
             };
-            load_s += t_load.elapsed().as_secs_f64();
-            warmup_ms += lr.get("warmup_ms").and_then(Value::as_f64).unwrap_or(0.0);
+            prep_s += t_prep.elapsed().as_secs_f64();
             if generated.is_none() {
                 break;
             }
-            if lr.get("probe_digest").and_then(Value::as_str) == probe.as_deref() {
+            if sr.get("probe_digest").and_then(Value::as_str) == probe.as_deref() {
                 handover =
                     "drawn in the candidate from per-set seeds handed out as each call starts";
                 break;
@@ -2087,6 +2144,9 @@ enum JudgeFail {
     Cancelled,
     Other(String),
 }
+
+/// A judge reply and how long the judge took over it.
+type JudgeTook = (Result<Value, JudgeFail>, Duration);
 
 fn correctness(
     max_abs: f64,
