@@ -1237,6 +1237,14 @@ impl Session {
         // the judge before each batch runs.
         let mut round_inputs = "files (an input is read from a file)";
         let mut draws = self.round_draws(w, rounds, deadline)?;
+        let method = self.opts.timing_method();
+        let method_name = serde_json::to_value(method)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        // The judge's preparation of the timed sets, asked right after the last batch's rounds
+        // while the candidate still runs that batch (the judge waits on it otherwise).
+        let mut early_timed = None;
         let per_batch = rounds_per_batch(problem, w);
         let mut batches = 0u32;
         let mut overlapped = 0u32;
@@ -1281,10 +1289,20 @@ impl Session {
             let (r, judge_took, early_run) = match &drawn {
                 Some(inputs) => {
                     let run = run_of(inputs);
-                    let (r, took, c) = self.judge_request_during(&req, deadline, |s| {
+                    let mut jreqs = vec![req];
+                    if next + batch.len() as u32 >= rounds {
+                        jreqs.push(self.prepare_timed_request(w, xfer, &method_name, true));
+                    }
+                    let (rs, c) = self.judge_requests_during(&jreqs, deadline, |s| {
                         let t = Instant::now();
                         (s.candidate_call(cand, &run, deadline), t.elapsed())
                     });
+                    let mut rs = rs.into_iter();
+                    let (r, took) = rs.next().unwrap_or((
+                        Err(JudgeFail::Other("the judge was not asked".into())),
+                        Duration::ZERO,
+                    ));
+                    early_timed = rs.next().map(|(t, _)| t);
                     overlapped += 1;
                     (r, took, Some(c))
                 }
@@ -1362,6 +1380,7 @@ impl Session {
             {
                 tracing::debug!("the candidate could not draw round 0: {m}");
                 draws = None;
+                early_timed = None;
                 round_inputs = "files (the candidate could not run the input generator)";
                 continue;
             }
@@ -1386,6 +1405,7 @@ impl Session {
                     != replies[0].get("digest").and_then(Value::as_str)
                 {
                     draws = None;
+                    early_timed = None;
                     round_inputs =
                         "files (the candidate's generator did not reproduce round 0's inputs)";
                     continue;
@@ -1415,11 +1435,6 @@ impl Session {
             }
         }
         // Timing, on the last round's inputs; the outputs of the timed calls are checked again.
-        let method = self.opts.timing_method();
-        let method_name = serde_json::to_value(method)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default();
         let budget = if self.opts.device.is_cpu() {
             self.opts.cpu_time_budget.map(|d| d.as_secs_f64())
         } else {
@@ -1436,7 +1451,7 @@ impl Session {
             &method_name,
             budget,
             deadline,
-            (pending, &mut figs, &mut costs),
+            (pending, early_timed, &mut figs, &mut costs),
         )? {
             Timed::Fail(mut o) => {
                 if let Some(r) = &o.check
@@ -1642,13 +1657,41 @@ impl Session {
         ))
     }
 
+    /// Where the judge writes sealed timed input sets for the candidate.
+    fn timed_inputs_path(xfer: &Path) -> PathBuf {
+        xfer.join("in_timed.pt")
+    }
+
+    /// The judge's `prepare_timed` request: the timed input sets drawn from per-set seeds
+    /// (`generate`) or sealed into a file, and the reference's host launch time.
+    fn prepare_timed_request(
+        &self,
+        w: &LoadedWorkload,
+        xfer: &Path,
+        method_name: &str,
+        generate: bool,
+    ) -> Value {
+        let budget_bytes = if self.opts.device.is_cpu() {
+            integrity::TIMED_INPUT_BUDGET_CPU
+        } else {
+            integrity::TIMED_INPUT_BUDGET_GPU
+        };
+        json!({
+            "op": "prepare_timed", "workload": w.workload, "path": Self::timed_inputs_path(xfer),
+            "input_shapes": shapes_json(&w.resolved.inputs), "axes": w.resolved.axes,
+            "iterations": self.opts.iterations.max(1), "generate": generate,
+            "cupti": method_name == "cupti", "budget_bytes": budget_bytes,
+        })
+    }
+
     /// The timed calls: the judge writes distinct input sets (one per timed iteration), the
     /// candidate warms up on the last correctness round's inputs and times one call per set;
     /// the parent measures the wall time around the timed batch (dual clock); after timing the
     /// judge picks which timed outputs to check and checks them against its reference.
     /// `pending`, the last correctness batch's check, runs in the judge while the candidate
     /// loads and warms up (its figures merged into `figs`, its cost into `costs`); a batch
-    /// that failed it ends the workload with that outcome.
+    /// that failed it ends the workload with that outcome. `early_timed`, the judge's
+    /// `prepare_timed` reply when it was asked with the last batch's rounds.
     #[allow(clippy::too_many_arguments)]
     fn timed_calls(
         &mut self,
@@ -1660,26 +1703,21 @@ impl Session {
         method_name: &str,
         budget: Option<f64>,
         deadline: Instant,
-        (mut pending, figs, costs): (Option<PendingCheck>, &mut Figures, &mut RoundCosts),
+        (mut pending, early_timed, figs, costs): (
+            Option<PendingCheck>,
+            Option<Result<Value, JudgeFail>>,
+            &mut Figures,
+            &mut RoundCosts,
+        ),
     ) -> Result<Timed, ExecError> {
         let outputs = Self::output_specs(problem, w);
         let tol_json = serde_json::to_value(w.workload.tolerance()).unwrap_or(Value::Null);
-        let gpu = !self.opts.device.is_cpu();
-        let timed_in = xfer.join("in_timed.pt");
+        let timed_in = Self::timed_inputs_path(xfer);
         let mut prep_s = 0.0;
         let mut handover = "sealed files (an input is read from a file)";
-        let iterations = self.opts.iterations.max(1);
-        let prepare_timed = |generate: bool| {
-            json!({
-                "op": "prepare_timed", "workload": w.workload, "path": timed_in,
-                "input_shapes": shapes_json(&w.resolved.inputs), "axes": w.resolved.axes,
-                "iterations": iterations, "generate": generate,
-                "cupti": method_name == "cupti",
-                "budget_bytes": if gpu { integrity::TIMED_INPUT_BUDGET_GPU } else { integrity::TIMED_INPUT_BUDGET_CPU },
-            })
-        };
         // The candidate warms up on the last round's inputs (none of the timed sets) while the
-        // judge checks the last correctness batch and prepares the timed input sets.
+        // judge checks the last correctness batch (and prepares the timed input sets, unless it
+        // did so with the last batch's rounds).
         let t_load = Instant::now();
         let lreq = json!({
             "op": "time_load", "in": last_in, "outputs": outputs,
@@ -1690,7 +1728,9 @@ impl Session {
             jreqs.push(p.req);
             p.batch
         });
-        jreqs.push(prepare_timed(true));
+        if early_timed.is_none() {
+            jreqs.push(self.prepare_timed_request(w, xfer, method_name, true));
+        }
         let (replies, lr) = self.judge_requests_during(&jreqs, deadline, |s| {
             s.candidate_call(cand, &lreq, deadline)
         });
@@ -1710,7 +1750,7 @@ impl Session {
                 return Ok(Timed::failed(o));
             }
         }
-        let mut prepared = replies.next().map(|(r, _)| r);
+        let mut prepared = early_timed.or_else(|| replies.next().map(|(r, _)| r));
         let lr = match lr? {
             Ok(lr) => lr,
             Err(o) => {
@@ -1732,7 +1772,10 @@ impl Session {
             let t_prep = Instant::now();
             let r = match prepared.take() {
                 Some(r) => r,
-                None => self.judge_request(&prepare_timed(generate), deadline),
+                None => self.judge_request(
+                    &self.prepare_timed_request(w, xfer, method_name, generate),
+                    deadline,
+                ),
             };
             let r = match r {
                 Ok(r) if reply_ok(&r) => r,
