@@ -84,7 +84,7 @@ def _guarded():
                 out[f"{name}.{k}"] = v
     # The recorder's library and callbacks (loaded at hello, before any solution code), not
     # its record lists, which every start and stop replace.
-    for k in ("lib", "_req", "_done", "_lock", "_demangle"):
+    for k in ("lib", "_req", "_done", "_lock", "_demangle", "_sizes"):
         out[f"kgcupti.RECORDER.{k}"] = getattr(kg.kgcupti.RECORDER, k)
     # What a problem's own input generator calls, once the candidate has drawn with it.
     for k, (m, attr) in CUSTOM_GUARDS.items():

@@ -354,6 +354,31 @@ def test_records_decode_at_the_cupti_offsets():
     assert kgcupti.decode(copy_record(kgcupti.KIND_MEMCPY, 1, 2, 3, copy_kind=99), 0, None)[3] == "Memcpy 99"
 
 
+def test_records_are_walked_by_learned_sizes_or_not_at_all():
+    k1, c, k2 = kernel_record(7, 1_000, 6_000, 0xBEEF), copy_record(kgcupti.KIND_MEMCPY, 8, 7_000, 9_000), \
+        kernel_record(9, 9_500, 9_900, 0xCAFE)
+    buf = bytes(k1 + c + k2)
+    names = {0xBEEF: "void spin_kernel(long)", 0xCAFE: "add"}
+    by_decode = [kgcupti.decode(buf, off, names.__getitem__) for off in (0, 200, 264)]
+    sizes = {}
+    # as CUPTI's iterator found them: kernel then copy sizes are known, the last record's not
+    kgcupti.learn_sizes(sizes, buf, [0, 200, 264])
+    assert sizes == {kgcupti.KIND_CONCURRENT_KERNEL: 200, kgcupti.KIND_MEMCPY: 64}
+    cache = dict(names)
+    assert kgcupti.walk(buf, len(buf), sizes, cache, names.__getitem__) == by_decode
+    # steps that do not end where the valid bytes do (a size learned wrong, a cut buffer)
+    assert kgcupti.walk(buf, len(buf) - 8, sizes, cache, names.__getitem__) is None
+    assert kgcupti.walk(buf, len(buf), {**sizes, kgcupti.KIND_MEMCPY: 72}, cache, names.__getitem__) is None
+    # a kind whose size was never learned
+    memset = bytes(copy_record(kgcupti.KIND_MEMSET, 10, 1, 2))
+    assert kgcupti.walk(buf + memset, len(buf) + 64, sizes, cache, names.__getitem__) is None
+    # a kind seen at two sizes is never walked
+    kgcupti.learn_sizes(sizes, buf + bytes(copy_record(kgcupti.KIND_MEMCPY, 11, 1, 2, size=72)) + memset,
+                        [0, 200, 264, 464, 536])
+    assert sizes[kgcupti.KIND_MEMCPY] == 0
+    assert kgcupti.walk(buf, len(buf), sizes, cache, names.__getitem__) is None
+
+
 def test_records_check_refuses_a_layout_that_reads_wrong():
     good = [(5, 1_000, 2_000_000, "void at::cuda::spin_kernel(long)"), (6, 2_000_100, 2_000_300, "Memcpy DtoD")]
     assert kg._records_check(good) is None
