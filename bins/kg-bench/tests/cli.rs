@@ -222,6 +222,13 @@ fn every_fixture_gets_its_status_and_the_run_continues() {
             .log
             .contains("does not depend on its inputs")
     );
+    assert!(
+        seen["nan_reference/ok"]
+            .log
+            .contains("output `out` is NaN everywhere"),
+        "{}",
+        seen["nan_reference/ok"].log
+    );
     // Every status except REWARD_HACK is covered by these fixtures.
     for s in Status::ALL {
         if s != Status::RewardHack {
@@ -646,6 +653,10 @@ fn dataset_validate_flags_bad_references() {
             .unwrap()
             .contains("reference is broken")
     );
+    // Validation runs one round alone (the judge's `prepare`, not a batch of rounds).
+    assert_eq!(by_name["kg_fixture_nan_reference"]["ok"], false);
+    let nan = by_name["kg_fixture_nan_reference"]["messages"].to_string();
+    assert!(nan.contains("NaN everywhere"), "{nan}");
 }
 
 #[test]
