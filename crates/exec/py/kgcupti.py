@@ -274,21 +274,20 @@ def walk(buf, valid, sizes, names, name):
     kernel = sizes.get(KIND_CONCURRENT_KERNEL)
     while off < valid:
         (kind,) = _U32(buf, off)
-        if kind == KIND_CONCURRENT_KERNEL and kernel:
+        step = kernel if kind == KIND_CONCURRENT_KERNEL else sizes.get(kind)
+        if not step or off + step > valid:
+            return None  # (a record running past the valid bytes is never read)
+        if kind == KIND_CONCURRENT_KERNEL:
             start, end = _SPAN(buf, off + OFF_START)
             (corr,) = _U32(buf, off + OFF_KERNEL_CORRELATION)
             (ptr,) = _U64(buf, off + OFF_KERNEL_NAME)
             n = names.get(ptr)
             out.append((corr, start, end, n if n is not None else name(ptr)))
-            off += kernel
-            continue
-        size = sizes.get(kind)
-        if not size:
-            return None
-        r = decode(buf, off, name)
-        if r is not None:
-            out.append(r)
-        off += size
+        else:
+            r = decode(buf, off, name)
+            if r is not None:
+                out.append(r)
+        off += step
     return out if off == valid else None
 
 

@@ -368,6 +368,8 @@ def test_records_are_walked_by_learned_sizes_or_not_at_all():
     assert kgcupti.walk(buf, len(buf), sizes, cache, names.__getitem__) == by_decode
     # steps that do not end where the valid bytes do (a size learned wrong, a cut buffer)
     assert kgcupti.walk(buf, len(buf) - 8, sizes, cache, names.__getitem__) is None
+    # a buffer that ends inside a record is not read past its end
+    assert kgcupti.walk(buf[:100], 100, sizes, cache, names.__getitem__) is None
     assert kgcupti.walk(buf, len(buf), {**sizes, kgcupti.KIND_MEMCPY: 72}, cache, names.__getitem__) is None
     # a kind whose size was never learned
     memset = bytes(copy_record(kgcupti.KIND_MEMSET, 10, 1, 2))
