@@ -486,7 +486,6 @@ def op_time_sets(req):
     """Sets up the timed input sets (distinct values, one per timed iteration): drawn as each
     call starts from the seed the parent hands out then (`generate`), or sealed by the judge
     in the file `timed_in`."""
-    STATE["output_names"] = [o["name"] for o in req["outputs"]]
     gen = req.get("generate")
     probe = None
     if gen:

@@ -269,7 +269,7 @@ def op_prepare(req, batched=False):
     if bad:
         return kg.error_reply("invalid_reference", "the reference's " + bad)
     if not batched:
-        bad = _nan_reply([[bool(f) if f is not None else False for f in _nan_everywhere(ref)]])
+        bad = _nan_reply(_read_flags([_nan_everywhere(ref)])[0])
         if bad is not None:
             return bad
     t_const = time.perf_counter()
@@ -448,7 +448,7 @@ def op_prepare_rounds(req):
                 "invalid_reference", f"the reference failed: {type(e).__name__}: {e}", traceback.format_exc())]}
         ok[-1]["ms"]["reference"] = ok[-1]["ms"].get("reference", 0.0) + (time.perf_counter() - t0) * 1e3
         for j, row in enumerate(seen):
-            bad = _nan_reply([row])
+            bad = _nan_reply(row)
             if bad is not None:
                 STATE["ref_rounds"] = {}
                 return {"result": "ok", "replies": ok[:j] + [bad]}
@@ -463,13 +463,12 @@ def _read_flags(flags):
     return [[bool(next(host)) if f is not None else False for f in row] for row in flags]
 
 
-def _nan_reply(rows):
-    """The error reply for the first output that is NaN everywhere in `rows` (one row of bools
-    per round, one per output), or None."""
-    for row in rows:
-        for n, nan in zip(STATE["definition"]["outputs"], row):
-            if nan:
-                return kg.error_reply("invalid_reference", f"the reference's output `{n}` is NaN everywhere")
+def _nan_reply(row):
+    """The error reply for the first output that is NaN everywhere in `row` (a round's bools,
+    one per output, as _read_flags reads them), or None."""
+    for n, nan in zip(STATE["definition"]["outputs"], row):
+        if nan:
+            return kg.error_reply("invalid_reference", f"the reference's output `{n}` is NaN everywhere")
     return None
 
 

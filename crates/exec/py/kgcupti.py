@@ -171,7 +171,7 @@ class Recorder:
         out = []
         t0 = time.perf_counter()
         if b is not None and valid and not self._discard:
-            fast = walk(b, valid, self._sizes, self._names, self._name)
+            fast = walk(b, valid, self._sizes, self._name)
             if fast is not None:
                 out = fast
             else:
@@ -179,7 +179,7 @@ class Recorder:
                 rec = ctypes.c_void_p()
                 while self.lib.cuptiActivityGetNextRecord(buf, valid, ctypes.byref(rec)) == 0:
                     offsets.append(rec.value - addr)
-                    r = decode(b, rec.value - addr, self._name)
+                    r = decode(b, offsets[-1], self._name)
                     if r is not None:
                         out.append(r)
                 learn_sizes(self._sizes, b, offsets)
@@ -263,30 +263,22 @@ def learn_sizes(sizes, buf, offsets):
         sizes[kind] = size
 
 
-def walk(buf, valid, sizes, names, name):
+def walk(buf, valid, sizes, name):
     """The records in the first `valid` bytes of `buf`, as decode() reads them, stepping by the
-    learned size of each kind (no library call per record: half of reading a buffer's records
-    on an H200), or None when a kind's size is not known or the steps do not end exactly at
-    `valid` (the caller then iterates with CUPTI's own cuptiActivityGetNextRecord).
-    `names` is the name cache `name(ptr)` fills."""
+    learned size of each kind (no library call per record: those calls were over half of
+    reading a buffer's records on an H200), or None when a kind's size is not known, a record would run past `valid`, or
+    the steps do not end exactly at `valid` (the caller then iterates with CUPTI's own
+    cuptiActivityGetNextRecord)."""
     out = []
     off = 0
-    kernel = sizes.get(KIND_CONCURRENT_KERNEL)
     while off < valid:
-        (kind,) = _U32(buf, off)
-        step = kernel if kind == KIND_CONCURRENT_KERNEL else sizes.get(kind)
+        (kind,) = _U32(buf, off + OFF_KIND)
+        step = sizes.get(kind)
         if not step or off + step > valid:
-            return None  # (a record running past the valid bytes is never read)
-        if kind == KIND_CONCURRENT_KERNEL:
-            start, end = _SPAN(buf, off + OFF_START)
-            (corr,) = _U32(buf, off + OFF_KERNEL_CORRELATION)
-            (ptr,) = _U64(buf, off + OFF_KERNEL_NAME)
-            n = names.get(ptr)
-            out.append((corr, start, end, n if n is not None else name(ptr)))
-        else:
-            r = decode(buf, off, name)
-            if r is not None:
-                out.append(r)
+            return None
+        r = decode(buf, off, name)
+        if r is not None:
+            out.append(r)
         off += step
     return out if off == valid else None
 

@@ -364,21 +364,20 @@ def test_records_are_walked_by_learned_sizes_or_not_at_all():
     # as CUPTI's iterator found them: kernel then copy sizes are known, the last record's not
     kgcupti.learn_sizes(sizes, buf, [0, 200, 264])
     assert sizes == {kgcupti.KIND_CONCURRENT_KERNEL: 200, kgcupti.KIND_MEMCPY: 64}
-    cache = dict(names)
-    assert kgcupti.walk(buf, len(buf), sizes, cache, names.__getitem__) == by_decode
+    assert kgcupti.walk(buf, len(buf), sizes, names.__getitem__) == by_decode
     # steps that do not end where the valid bytes do (a size learned wrong, a cut buffer)
-    assert kgcupti.walk(buf, len(buf) - 8, sizes, cache, names.__getitem__) is None
+    assert kgcupti.walk(buf, len(buf) - 8, sizes, names.__getitem__) is None
     # a buffer that ends inside a record is not read past its end
-    assert kgcupti.walk(buf[:100], 100, sizes, cache, names.__getitem__) is None
-    assert kgcupti.walk(buf, len(buf), {**sizes, kgcupti.KIND_MEMCPY: 72}, cache, names.__getitem__) is None
+    assert kgcupti.walk(buf[:100], 100, sizes, names.__getitem__) is None
+    assert kgcupti.walk(buf, len(buf), {**sizes, kgcupti.KIND_MEMCPY: 72}, names.__getitem__) is None
     # a kind whose size was never learned
     memset = bytes(copy_record(kgcupti.KIND_MEMSET, 10, 1, 2))
-    assert kgcupti.walk(buf + memset, len(buf) + 64, sizes, cache, names.__getitem__) is None
+    assert kgcupti.walk(buf + memset, len(buf) + 64, sizes, names.__getitem__) is None
     # a kind seen at two sizes is never walked
     kgcupti.learn_sizes(sizes, buf + bytes(copy_record(kgcupti.KIND_MEMCPY, 11, 1, 2, size=72)) + memset,
                         [0, 200, 264, 464, 536])
     assert sizes[kgcupti.KIND_MEMCPY] == 0
-    assert kgcupti.walk(buf, len(buf), sizes, cache, names.__getitem__) is None
+    assert kgcupti.walk(buf, len(buf), sizes, names.__getitem__) is None
 
 
 def test_records_check_refuses_a_layout_that_reads_wrong():
