@@ -438,6 +438,7 @@ def op_run_rounds(req):
 
     replies = []
     outs = []
+    STATE.pop("handed", None)
     for run in req["runs"]:
         reply, clean = _run_round(run)
         if "draw_failed" in reply:
@@ -450,8 +451,33 @@ def op_run_rounds(req):
             return {"result": "ok", "replies": replies}
         outs.append(clean)
     t0 = time.perf_counter()
-    kg.write_outputs(req["out"], outs, STATE["device"])
-    return {"result": "ok", "replies": replies, "ms": {"save": (time.perf_counter() - t0) * 1e3}}
+    handed = _hand_over(outs, req)
+    return {"result": "ok", "replies": replies, "ms": {"save": (time.perf_counter() - t0) * 1e3}, **handed}
+
+
+def _hand_over(groups, req):
+    """Hands `groups` to the judge: on the device when the parent asks (`device_out`) and this
+    process's output pool works (the reply's `device` describes them), else in the file `out`.
+    The groups are kept for `resend`."""
+    STATE["handed"] = groups
+    dev = STATE["device"]
+    if req.get("device_out") and dev.type == "cuda" and "pool_off" not in STATE:
+        try:
+            return {"device": kg.device_outputs(groups, dev, kg.CHANNEL[0])}
+        except (kg.kgvmm.VmmError, OSError) as e:
+            STATE["pool_off"] = f"{type(e).__name__}: {e}"
+    kg.write_outputs(req["out"], groups, dev)
+    return {"pool_off": STATE["pool_off"]} if "pool_off" in STATE else {}
+
+
+def op_resend(req):
+    """Writes the last outputs handed over on the device to the file `out` (the judge could not
+    read the pool); every later hand-over goes as a file."""
+    if "handed" not in STATE:
+        return kg.error_reply("protocol", "`resend` before any outputs were handed over")
+    STATE["pool_off"] = req.get("why") or "the judge could not read the pool"
+    kg.write_outputs(req["out"], STATE.pop("handed"), STATE["device"])
+    return {"result": "ok"}
 
 
 def _load_sets(path):
@@ -592,6 +618,7 @@ def op_time(req):
 
 def op_time_save(req):
     """Saves the outputs of the timed calls the judge sampled (told only after timing)."""
+    STATE.pop("handed", None)
     t = STATE["timed"]
     if t is None:
         return kg.error_reply("protocol", "`time_save` before `time`")
@@ -601,10 +628,10 @@ def op_time_save(req):
         picked.append(_clean_outputs(o) if o is not None else "missing")
     tampered = _tampered()
     STATE["timed"] = None
-    kg.write_outputs(req["out"], picked, STATE["device"])
+    handed = _hand_over(picked, req)
     if tampered:
         return {"result": "ok", "reward_hack": f"the solution tampered with the harness: {tampered}"}
-    return {"result": "ok"}
+    return {"result": "ok", **handed}
 
 
 if __name__ == "__main__":
@@ -622,4 +649,5 @@ if __name__ == "__main__":
     kg.serve({
         "hello": op_hello, "load": op_load, "run_rounds": op_run_rounds,
         "time_load": op_time_load, "time_sets": op_time_sets, "time": op_time, "time_save": op_time_save,
+        "resend": op_resend,
     })

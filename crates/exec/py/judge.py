@@ -483,6 +483,39 @@ def op_draws(req):
     return {"result": "ok", "draws": [_draw(spec, _round_seed(w, n)) for n in req["rounds"]]}
 
 
+class HandoverFailed(Exception):
+    """The candidate's device pool could not be opened or read; the parent asks for a file."""
+
+
+def _candidate_outputs(req):
+    """The groups of outputs the candidate handed over for `req`: out of its device pool
+    (`device`; with `import` set, the parent sent the pool's descriptor on our descriptor
+    channel just before) or from the file `path`. Raises HandoverFailed when the pool cannot be
+    used, ValueError (or another error) when the outputs cannot be read as such."""
+    desc = req.get("device")
+    if desc is None:
+        return kg.read_outputs(req["path"], STATE["device"])
+    dev = STATE["device"]
+    try:
+        if not isinstance(desc, dict):
+            raise kg.kgvmm.VmmError("no description of the device outputs")
+        if desc.get("import"):
+            old = STATE.pop("pool", None)
+            if old is not None:
+                old.close()
+            fd = kg.CHANNEL[0].recv_fd(10.0)
+            try:
+                STATE["pool"] = kg.kgvmm.Pool.open(fd, desc.get("size"), dev.index or 0)
+            finally:
+                os.close(fd)
+        pool = STATE.get("pool")
+        if pool is None:
+            raise kg.kgvmm.VmmError("no pool of the candidate's is open")
+        return kg.read_device_outputs(desc, dev, pool)
+    except (kg.kgvmm.VmmError, OSError) as e:
+        raise HandoverFailed(f"{type(e).__name__}: {e}") from None
+
+
 def op_check_rounds(req):
     """Compares the candidate's outputs of several rounds (one file of kgcommon.write_outputs: a
     group of outputs per round, in the order of `rounds`) against the kept reference outputs.
@@ -494,7 +527,9 @@ def op_check_rounds(req):
         return kg.error_reply("protocol", f"no reference outputs kept for round(s) {missing}")
     t0 = time.perf_counter()
     try:
-        got = kg.read_outputs(req["path"], STATE["device"])
+        got = _candidate_outputs(req)
+    except HandoverFailed as e:
+        return {"result": "ok", "handover_failed": str(e)}
     except Exception as e:
         return {"result": "ok", "results": [{"status": "RUNTIME_ERROR", "message": f"candidate outputs unreadable: {type(e).__name__}: {e}"}]}
     if not isinstance(got, list) or len(got) != len(rounds):
@@ -680,7 +715,9 @@ def op_check_timed(req):
     if not t or "refs" not in t:
         return kg.error_reply("protocol", "no reference outputs kept for sampled timed calls (`timed_refs` first)")
     try:
-        got = kg.read_outputs(req["path"], STATE["device"])
+        got = _candidate_outputs(req)
+    except HandoverFailed as e:
+        return {"result": "ok", "handover_failed": str(e)}
     except Exception as e:
         return {"result": "ok", "status": "RUNTIME_ERROR", "message": f"timed outputs unreadable: {type(e).__name__}: {e}"}
     if not isinstance(got, list) or len(got) != len(t["picked"]):

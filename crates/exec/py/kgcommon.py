@@ -18,6 +18,7 @@ import time
 import traceback
 
 import kgcupti
+import kgvmm
 
 _DTYPES = None
 
@@ -85,6 +86,10 @@ def start_parent_watchdog():
     _WATCHDOG.append(t)
 
 
+# The environment variable naming the descriptor channel's number (kg-exec's process.rs).
+FD_CHANNEL_ENV = "KG_FD_CHANNEL"
+
+
 class Channel:
     """JSON-lines over the Unix socket handed to us by the parent."""
 
@@ -92,6 +97,28 @@ class Channel:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.connect(path)
         self.rfile = self.sock.makefile("rb")
+        # The second socket the parent handed down at start: file descriptors only
+        # (kgvmm pools), one per one-byte message.
+        fd = os.environ.pop(FD_CHANNEL_ENV, "")
+        self.fds = socket.socket(fileno=int(fd)) if fd.isdigit() else None
+
+    def send_fd(self, fd):
+        """Sends descriptor `fd` (still ours to close) to the parent."""
+        if self.fds is None:
+            raise OSError("the parent handed down no descriptor channel")
+        socket.send_fds(self.fds, [b"F"], [fd])
+
+    def recv_fd(self, timeout):
+        """The next descriptor the parent sent (ours to close), waiting up to `timeout` s."""
+        if self.fds is None:
+            raise OSError("the parent handed down no descriptor channel")
+        self.fds.settimeout(timeout)
+        _, fds, _, _ = socket.recv_fds(self.fds, 1, 1)
+        if not fds:
+            raise OSError("the parent sent no descriptor")
+        for extra in fds[1:]:
+            os.close(extra)
+        return fds[0]
 
     def recv(self):
         line = self.rfile.readline()
@@ -1026,6 +1053,32 @@ def write_outputs(path, groups, dev):
     tensor's bytes at an aligned offset, copied from its device straight into the file's
     mapped pages. An output that is not a tensor goes as a string (what the judge reports it
     as)."""
+    header, copies, off = _plan_outputs(groups)
+    head = json.dumps({"groups": header}).encode()
+    pre = OUTPUTS_MAGIC + len(head).to_bytes(8, "little") + head
+    start = _aligned(len(pre))
+    with open(path, "wb") as f:
+        f.write(pre + bytes(start - len(pre)))
+        f.truncate(start + off)
+    if off:
+        import torch
+
+        data = torch.from_file(path, shared=True, size=start + off, dtype=torch.uint8)
+        _copy_into(data[start:], copies)
+        del data
+
+
+def _copy_into(data, copies):
+    """Copies each (tensor, offset, nbytes) of _plan_outputs into the uint8 tensor `data`."""
+    import torch
+
+    for t, o, n in copies:
+        if n:
+            data[o:o + n].copy_(t.contiguous().reshape(-1).view(torch.uint8))
+
+
+def _plan_outputs(groups):
+    """(header groups, [(tensor, offset, nbytes)], total bytes) for `groups` (write_outputs)."""
     import torch
 
     header, copies, off = [], [], 0
@@ -1044,18 +1097,7 @@ def write_outputs(path, groups, dev):
             else:
                 row.append({"str": str(o)})
         header.append(row)
-    head = json.dumps({"groups": header}).encode()
-    pre = OUTPUTS_MAGIC + len(head).to_bytes(8, "little") + head
-    start = _aligned(len(pre))
-    with open(path, "wb") as f:
-        f.write(pre + bytes(start - len(pre)))
-        f.truncate(start + off)
-    if off:
-        data = torch.from_file(path, shared=True, size=start + off, dtype=torch.uint8)
-        for t, o, n in copies:
-            if n:
-                data[start + o:start + o + n].copy_(t.contiguous().reshape(-1).view(torch.uint8))
-        del data
+    return header, copies, off
 
 
 def read_outputs(path, dev):
@@ -1075,21 +1117,9 @@ def read_outputs(path, dev):
         if len(raw) != hlen:
             raise ValueError("header cut short")
         head = json.loads(raw)
-        groups = head.get("groups") if isinstance(head, dict) else None
         start = _aligned(16 + hlen)
-        size = os.fstat(f.fileno()).st_size - start
-        if not isinstance(groups, list):
-            raise ValueError("header holds no list of groups")
-        plan, need = [], 0
-        for g in groups:
-            if isinstance(g, dict):
-                plan.append(_out_entry(g, size))
-                continue
-            if not isinstance(g, list):
-                raise ValueError("a group is neither a list of outputs nor a string")
-            row = [_out_entry(e, size) for e in g]
-            need = max([need] + [e[1] + e[2] for e in row if isinstance(e, tuple)])
-            plan.append(row)
+        plan, need = _plan_groups(head.get("groups") if isinstance(head, dict) else None,
+                                  os.fstat(f.fileno()).st_size - start)
         # Read into our own memory, never mapped: the candidate may still hold the file, and a
         # mapping it truncated would fault.
         buf = output_stage(need, dev)
@@ -1099,7 +1129,29 @@ def read_outputs(path, dev):
             raise ValueError(f"data cut short: {got} of {need} bytes")
     if dev.type != "cpu":
         buf = buf.to(dev)
+    return _groups_in(plan, buf)
 
+
+def _plan_groups(groups, size):
+    """(plan, bytes needed) for header `groups` over `size` bytes of data: per group a row of
+    _out_entry results, or one for a group that is a string. Raises ValueError."""
+    if not isinstance(groups, list):
+        raise ValueError("header holds no list of groups")
+    plan, need = [], 0
+    for g in groups:
+        if isinstance(g, dict):
+            plan.append(_out_entry(g, size))
+            continue
+        if not isinstance(g, list):
+            raise ValueError("a group is neither a list of outputs nor a string")
+        row = [_out_entry(e, size) for e in g]
+        need = max([need] + [e[1] + e[2] for e in row if isinstance(e, tuple)])
+        plan.append(row)
+    return plan, need
+
+
+def _groups_in(plan, buf):
+    """The groups of `plan` as views of the uint8 tensor `buf` (strings stay strings)."""
     def tensor(e):
         if not isinstance(e, tuple):
             return e
@@ -1107,6 +1159,62 @@ def read_outputs(path, dev):
         return buf[o:o + n].view(dt).view(shape)
 
     return [[tensor(e) for e in p] if isinstance(p, list) else tensor(p) for p in plan]
+
+
+# Outputs handed over on the device (kgvmm): the candidate copies them into one pool of
+# shareable memory it keeps (grown to the next power of two), sends the pool's descriptor to the
+# parent whenever it made a new one, and the judge copies them out into its own memory at once.
+_POOL = []
+
+
+def device_outputs(groups, dev, chan):
+    """Copies `groups` into this process's output pool on `dev` and returns the descriptor the
+    judge reads them by (read_device_outputs): the pool's number (a new number comes with its
+    descriptor sent on `chan` first), its size and the header. Raises kgvmm.VmmError (or
+    OSError) when the pool cannot be made or sent; the caller then writes a file."""
+    import torch
+
+    header, copies, total = _plan_outputs(groups)
+    new = not _POOL or _POOL[0][1].size < total
+    if new:
+        if _POOL:
+            _POOL[0][1].close()
+            number = _POOL[0][0] + 1
+            _POOL.clear()
+        else:
+            number = 1
+        pool = kgvmm.Pool.create(1 << max(total - 1, 1 << 20).bit_length(), dev.index or 0)
+        fd = pool.export_fd()
+        try:
+            chan.send_fd(fd)
+        except OSError:
+            pool.close()
+            raise
+        finally:
+            os.close(fd)
+        _POOL.append((number, pool))
+    number, pool = _POOL[0]
+    if total:
+        _copy_into(pool.view(total), copies)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)  # the judge reads on its own streams, after our reply
+    return {"pool": number, "size": pool.size, "groups": header}
+
+
+def read_device_outputs(desc, dev, pool):
+    """The groups `device_outputs` described in `desc`, copied out of `pool` (the kgvmm.Pool
+    mapped from the candidate's descriptor) into memory of our own on `dev` at once: the
+    candidate still holds the pool and may write to it. Raises ValueError for a header that
+    does not fit the pool."""
+    import torch
+
+    if not isinstance(desc, dict):
+        raise ValueError("the device outputs are not described by an object")
+    plan, need = _plan_groups(desc.get("groups"), pool.size)
+    buf = torch.empty(need, dtype=torch.uint8, device=dev)
+    if need:
+        buf.copy_(pool.view(need))
+    return _groups_in(plan, buf)
 
 
 # The judge's host buffer for outputs on their way to a GPU (output_stage), made at `hello`.

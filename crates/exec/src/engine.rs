@@ -1,5 +1,6 @@
 //! The evaluation engine: one judge per device lane, one candidate process per solution.
 
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -418,7 +419,17 @@ pub struct Session {
     judge_env: Option<Environment>,
     judge_setup_for: Option<String>,
     counter: u64,
+    /// The candidate output pool the judge has open: (judge's tag, candidate's tag, number).
+    pool_opened: Option<(String, String, u64)>,
+    /// The candidate (its tag) whose outputs go as files since its pool failed, and why.
+    pool_off: Option<(String, String)>,
+    /// How the current workload's outputs were handed over (logged in its trace).
+    outputs_via: String,
 }
+
+/// How long the parent waits for a pool descriptor the candidate says it sent (it sends it
+/// before replying, so it is there at once unless the candidate lied).
+const FD_WAIT: Duration = Duration::from_secs(5);
 
 struct Outcome {
     status: Status,
@@ -562,6 +573,9 @@ impl Session {
             judge_env: None,
             judge_setup_for: None,
             counter: 0,
+            pool_opened: None,
+            pool_off: None,
+            outputs_via: String::new(),
         })
     }
 
@@ -1221,6 +1235,13 @@ impl Session {
     ) -> Result<Outcome, ExecError> {
         let t_workload = Instant::now();
         let deadline = t_workload + self.opts.timeout;
+        self.outputs_via = match &self.pool_off {
+            _ if self.opts.device.is_cpu() => "files (a CPU run)".into(),
+            Some((tag, why)) if tag == cand.tag() => {
+                format!("files (the candidate's output pool failed earlier: {why})")
+            }
+            _ => "files".into(),
+        };
         let tol = w.workload.tolerance();
         let tol_json = serde_json::to_value(tol).unwrap_or(Value::Null);
         let outputs = Self::output_specs(problem, w);
@@ -1258,6 +1279,7 @@ impl Session {
                 .map(|r| xfer.join(format!("in_{r}.pt")))
                 .collect();
             let generate = draws.is_some();
+            let device_out = self.device_out(cand);
             let reqs: Vec<Value> = batch
                 .iter()
                 .zip(&ins)
@@ -1278,7 +1300,7 @@ impl Session {
                                "digest": generate && round == 0})
                     })
                     .collect();
-                json!({"op": "run_rounds", "runs": runs, "out": out})
+                json!({"op": "run_rounds", "runs": runs, "out": out, "device_out": device_out})
             };
             let drawn: Option<Vec<Value>> = draws.as_ref().map(|d| {
                 batch
@@ -1415,6 +1437,10 @@ impl Session {
             next += batch.len() as u32;
             let check =
                 json!({"op": "check_rounds", "rounds": batch, "path": out, "tolerance": tol_json});
+            let check = match self.handed_check(cand, &cr, check, deadline)? {
+                Ok(c) => c,
+                Err(o) => return Ok(o),
+            };
             last_in = inputs.pop().unwrap_or(Value::Null);
             if next >= rounds {
                 // The last batch is checked while the candidate loads and warms up for timing.
@@ -1423,6 +1449,10 @@ impl Session {
             }
             let t_op = Instant::now();
             let r = self.judge_request(&check, deadline);
+            let r = match self.settle_check(cand, r, &check, deadline)? {
+                Ok(r) => r,
+                Err(o) => return Ok(o),
+            };
             costs.add("judge check", t_op, r.as_ref().ok());
             if let Some(o) = Self::round_check_outcome(r, &batch, &mut figs)? {
                 return Ok(o);
@@ -1534,6 +1564,10 @@ impl Session {
         }
         log.push_str(&format!("harness: round inputs: {round_inputs}\n"));
         log.push_str(&format!(
+            "harness: outputs handed over: {}\n",
+            self.outputs_via
+        ));
+        log.push_str(&format!(
             "harness: correctness round costs (ms, summed over {rounds} rounds in {batches} batch(es), {overlapped} of them run in the candidate while the judge prepared them; the last batch checked while the candidate warmed up for timing): {}\n",
             costs.line()
         ));
@@ -1601,6 +1635,108 @@ impl Session {
                 reference_spread: Some(rs),
             }),
         })
+    }
+
+    /// Whether the candidate is asked to hand its outputs over on the device (`device_out`):
+    /// on a GPU, unless its output pool already failed.
+    fn device_out(&self, cand: &Worker) -> bool {
+        !self.opts.device.is_cpu() && self.pool_off.as_ref().is_none_or(|(t, _)| t != cand.tag())
+    }
+
+    /// The check request `req` (it names the file the outputs would be in, `path`) for the
+    /// candidate's reply `cr`: with `device`, the description of the outputs in the
+    /// candidate's device pool, when `cr` handed them over there; the pool's descriptor goes
+    /// to the judge first when the judge has not opened that pool. When that relay fails, the
+    /// candidate writes the outputs to the file instead.
+    fn handed_check(
+        &mut self,
+        cand: &mut Worker,
+        cr: &Value,
+        mut req: Value,
+        deadline: Instant,
+    ) -> Result<Result<Value, Outcome>, ExecError> {
+        if let Some(why) = cr.get("pool_off").and_then(Value::as_str) {
+            self.outputs_via = format!("files (the candidate's output pool failed: {why})");
+        }
+        let Some(desc) = cr.get("device").filter(|d| d.is_object()) else {
+            return Ok(Ok(req));
+        };
+        let Some(judge) = self.judge.as_mut() else {
+            return Ok(Ok(req));
+        };
+        let key = (
+            judge.tag().to_string(),
+            cand.tag().to_string(),
+            desc.get("pool").and_then(Value::as_u64).unwrap_or(0),
+        );
+        let import = self.pool_opened.as_ref() != Some(&key);
+        if import {
+            let relayed = cand
+                .recv_fd(deadline.min(Instant::now() + FD_WAIT))
+                .and_then(|fd| judge.send_fd(fd.as_fd()));
+            if let Err(e) = relayed {
+                return self.resend(
+                    cand,
+                    req,
+                    &format!("relaying its descriptor failed: {e}"),
+                    deadline,
+                );
+            }
+            self.pool_opened = Some(key);
+        }
+        let mut d = desc.clone();
+        d["import"] = json!(import);
+        req["device"] = d;
+        if self.outputs_via == "files" {
+            self.outputs_via = "on the device (the candidate's shared memory pool)".into();
+        }
+        Ok(Ok(req))
+    }
+
+    /// Asks the candidate to write the outputs it handed over on the device to the file the
+    /// check request `req` names (`path`), and returns `req` without `device`; every later
+    /// hand-over of this candidate goes as a file.
+    fn resend(
+        &mut self,
+        cand: &mut Worker,
+        mut req: Value,
+        why: &str,
+        deadline: Instant,
+    ) -> Result<Result<Value, Outcome>, ExecError> {
+        tracing::warn!("the candidate's output pool failed ({why}); its outputs go as files");
+        self.pool_off = Some((cand.tag().to_string(), why.to_string()));
+        self.outputs_via = format!("files (the candidate's output pool failed: {why})");
+        let resend = json!({"op": "resend", "out": req.get("path"), "why": why});
+        if let Err(o) = self.candidate_call(cand, &resend, deadline)? {
+            return Ok(Err(o));
+        }
+        if let Some(o) = req.as_object_mut() {
+            o.remove("device");
+        }
+        Ok(Ok(req))
+    }
+
+    /// The judge's reply `r` to the check request `req`, asked again from the file after the
+    /// candidate wrote it when the judge could not read the candidate's pool
+    /// (`handover_failed`).
+    fn settle_check(
+        &mut self,
+        cand: &mut Worker,
+        r: Result<Value, JudgeFail>,
+        req: &Value,
+        deadline: Instant,
+    ) -> Result<Result<Result<Value, JudgeFail>, Outcome>, ExecError> {
+        let why = match &r {
+            Ok(v) => match v.get("handover_failed").and_then(Value::as_str) {
+                Some(why) => format!("the judge could not read it: {why}"),
+                None => return Ok(Ok(r)),
+            },
+            Err(_) => return Ok(Ok(r)),
+        };
+        match self.resend(cand, req.clone(), &why, deadline)? {
+            Ok(req) => Ok(Ok(self.judge_request(&req, deadline))),
+            Err(o) => Ok(Err(o)),
+        }
     }
 
     /// The outcome of the judge's `check_rounds` reply `r` for `batch`: the first round that
@@ -1728,6 +1864,7 @@ impl Session {
             jreqs.push(p.req);
             p.batch
         });
+        let pending_req = jreqs.first().cloned();
         if early_timed.is_none() {
             jreqs.push(self.prepare_timed_request(w, xfer, method_name, true));
         }
@@ -1744,6 +1881,15 @@ impl Session {
                     Status::RuntimeError,
                     "the judge did not check the last batch",
                 ));
+            };
+            let cr = match pending_req {
+                Some(req) if lr.as_ref().is_ok_and(Result::is_ok) => {
+                    match self.settle_check(cand, cr, &req, deadline)? {
+                        Ok(cr) => cr,
+                        Err(o) => return Ok(Timed::failed(o)),
+                    }
+                }
+                _ => cr,
             };
             costs.add_ms("judge check", took.as_secs_f64() * 1e3, cr.as_ref().ok());
             if let Some(o) = Self::round_check_outcome(cr, &batch, figs)? {
@@ -1871,20 +2017,22 @@ impl Session {
             Err(JudgeFail::Other(m)) => return Ok(Timed::fail(Status::RuntimeError, m)),
         };
         let timed_out = xfer.join("out_timed.bin");
-        let save = json!({"op": "time_save", "indices": indices, "out": timed_out});
+        let save = json!({"op": "time_save", "indices": indices, "out": timed_out,
+                          "device_out": self.device_out(cand)});
         // The judge runs its reference on the sampled sets while the candidate saves them.
         let (refs, _, saved) =
             self.judge_request_during(&json!({"op": "timed_refs"}), deadline, |s| {
                 s.candidate_call(cand, &save, deadline)
             });
-        match saved? {
+        let saved = match saved? {
             Err(o) => return Ok(Timed::failed(o)),
             Ok(r) => {
                 if let Some(m) = r.get("reward_hack").and_then(Value::as_str) {
                     return Ok(Timed::fail(Status::RewardHack, m.to_string()));
                 }
+                r
             }
-        }
+        };
         match refs {
             Ok(r) if reply_ok(&r) => {}
             Ok(r) => return Ok(Timed::fail(Status::InvalidReference, reply_message(&r))),
@@ -1892,7 +2040,16 @@ impl Session {
             Err(JudgeFail::Other(m)) => return Ok(Timed::fail(Status::RuntimeError, m)),
         }
         let check = json!({"op": "check_timed", "path": timed_out, "tolerance": tol_json});
-        match self.judge_request(&check, deadline) {
+        let check = match self.handed_check(cand, &saved, check, deadline)? {
+            Ok(c) => c,
+            Err(o) => return Ok(Timed::failed(o)),
+        };
+        let r = self.judge_request(&check, deadline);
+        let r = match self.settle_check(cand, r, &check, deadline)? {
+            Ok(r) => r,
+            Err(o) => return Ok(Timed::failed(o)),
+        };
+        match r {
             Ok(r) if reply_ok(&r) => {
                 let st = r.get("status").and_then(Value::as_str).unwrap_or("");
                 if st != "PASSED" {

@@ -2,7 +2,9 @@
 //! bounded buffers, requests and replies on a private Unix socket, killed as a group
 //! (SIGTERM, grace period, SIGKILL) on timeout, cancellation and drop.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, IoSlice, IoSliceMut, Read, Write};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
@@ -12,6 +14,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags, recvmsg, sendmsg,
+};
 use rustix::process::{Pid, Signal, kill_process_group};
 use serde_json::{Value, json};
 
@@ -147,6 +153,9 @@ pub fn describe_exit(status: &ExitStatus) -> String {
 /// The environment variable that marks every process a worker starts (inherited by its
 /// descendants unless they scrub their environment).
 pub const WORKER_TAG_ENV: &str = "KG_WORKER_TAG";
+/// The environment variable that tells a worker the number of its descriptor channel: the
+/// second socket, on which file descriptors travel (one per one-byte message; `kgcommon.Channel`).
+pub const FD_CHANNEL_ENV: &str = "KG_FD_CHANNEL";
 
 /// (pid, ppid) of every process in `/proc`.
 fn proc_table() -> Vec<(u32, u32)> {
@@ -408,6 +417,8 @@ pub struct Worker {
     socket_path: PathBuf,
     dead: Option<String>,
     tag: String,
+    /// Our end of the descriptor channel.
+    fds: UnixStream,
     /// When the process was started.
     pub started: Instant,
     /// The confinement observed on the running process (`sandbox::Observed::summary`).
@@ -465,7 +476,15 @@ impl Worker {
         if let Some(sb) = &spec.sandbox {
             sb.apply(&mut cmd);
         }
-        let mut child = cmd.spawn().map_err(|source| WorkerError::Io {
+        let (fds, theirs) = UnixStream::pair().map_err(|source| WorkerError::Io {
+            what: "make the descriptor channel".into(),
+            source,
+        })?;
+        cmd.env(FD_CHANNEL_ENV, theirs.as_raw_fd().to_string());
+        crate::sandbox::inherit_fd(&mut cmd, theirs.as_raw_fd());
+        let spawned = cmd.spawn();
+        drop(theirs);
+        let mut child = spawned.map_err(|source| WorkerError::Io {
             what: format!("start `{}`", spec.python.display()),
             source,
         })?;
@@ -552,6 +571,7 @@ impl Worker {
             socket_path,
             dead: None,
             tag,
+            fds,
             started,
             isolation,
         })
@@ -560,6 +580,76 @@ impl Worker {
     /// The process id (also the process group id).
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// The tag that names this worker's processes (unique per spawn in this process).
+    pub fn tag(&self) -> &str {
+        &self.tag
+    }
+
+    /// Receives one file descriptor the worker sent on its descriptor channel, waiting until
+    /// `deadline` (a one-byte message carrying it; further descriptors in it are closed).
+    pub fn recv_fd(&mut self, deadline: Instant) -> Result<OwnedFd, WorkerError> {
+        let io = |what: &str, source: std::io::Error| WorkerError::Io {
+            what: format!("{what} on the descriptor channel"),
+            source,
+        };
+        let wait = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1));
+        self.fds
+            .set_read_timeout(Some(wait))
+            .map_err(|e| io("set a timeout", e))?;
+        let mut byte = [0u8; 1];
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let got = recvmsg(
+            &self.fds,
+            &mut [IoSliceMut::new(&mut byte)],
+            &mut control,
+            RecvFlags::CMSG_CLOEXEC,
+        )
+        .map_err(|e| io("receive a descriptor", e.into()))?;
+        if got.bytes == 0 {
+            return Err(io(
+                "receive a descriptor",
+                std::io::ErrorKind::UnexpectedEof.into(),
+            ));
+        }
+        let mut first = None;
+        for msg in control.drain() {
+            if let RecvAncillaryMessage::ScmRights(fds) = msg {
+                for fd in fds {
+                    // Any descriptor after the first is dropped (closed) here.
+                    first.get_or_insert(fd);
+                }
+            }
+        }
+        first.ok_or_else(|| {
+            io(
+                "receive a descriptor",
+                std::io::Error::other("a message came without one"),
+            )
+        })
+    }
+
+    /// Sends `fd` to the worker on its descriptor channel (one one-byte message).
+    pub fn send_fd(&mut self, fd: BorrowedFd<'_>) -> Result<(), WorkerError> {
+        let fds = [fd];
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut control = SendAncillaryBuffer::new(&mut space);
+        control.push(SendAncillaryMessage::ScmRights(&fds));
+        sendmsg(
+            &self.fds,
+            &[IoSlice::new(b"F")],
+            &mut control,
+            SendFlags::NOSIGNAL,
+        )
+        .map_err(|e| WorkerError::Io {
+            what: "send a descriptor on the descriptor channel".into(),
+            source: e.into(),
+        })?;
+        Ok(())
     }
 
     /// Sends one request and waits for its reply until `deadline`.
@@ -825,6 +915,67 @@ mod tests {
         std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .map(|s| !s.contains(") Z "))
             .unwrap_or(false)
+    }
+
+    /// A worker over the real `kgcommon` channel that sends a descriptor of a file it opens
+    /// (`send`) or reads from the descriptor it receives (`recv`).
+    fn fd_worker(dir: &Path, sandbox: Option<crate::sandbox::Sandbox>, label: &str) -> Worker {
+        crate::scripts::install(dir).unwrap();
+        let py = crate::scripts::dir(dir);
+        let script = dir.join(format!("{label}.py"));
+        std::fs::write(
+            &script,
+            format!(
+                "import os, sys\nsys.path.insert(0, {py:?})\nimport kgcommon as kg\n\
+                 def send(req):\n    fd = os.open(req['path'], os.O_RDONLY)\n    \
+                 kg.CHANNEL[0].send_fd(fd)\n    os.close(fd)\n    return {{'result': 'ok'}}\n\
+                 def recv(req):\n    fd = kg.CHANNEL[0].recv_fd(5.0)\n    \
+                 return {{'result': 'ok', 'data': os.read(fd, 64).decode()}}\n\
+                 kg.serve({{'send': send, 'recv': recv}})\n",
+                py = py.display().to_string()
+            ),
+        )
+        .unwrap();
+        let spec = WorkerSpec {
+            python: PathBuf::from(std::env::var("PYTHON_BIN").unwrap_or_else(|_| "python3".into())),
+            script,
+            cwd: dir.to_path_buf(),
+            env: Vec::new(),
+            allow_listed_env: false,
+            socket_dir: dir.to_path_buf(),
+            label: label.into(),
+            sandbox,
+        };
+        Worker::spawn(&spec, Duration::from_secs(30), &CancelToken::new()).unwrap()
+    }
+
+    #[test]
+    fn descriptors_travel_from_a_sandboxed_worker_through_the_parent_to_another() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("payload");
+        std::fs::write(&file, "what the pool holds").unwrap();
+        let sb = crate::sandbox::Sandbox::candidate(vec![dir.path().to_path_buf()], 60);
+        let mut from = fd_worker(dir.path(), Some(sb), "candidate");
+        let mut to = fd_worker(dir.path(), None, "judge");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let cancel = CancelToken::new();
+        let r = from
+            .request(&json!({"op": "send", "path": file}), deadline, &cancel)
+            .unwrap();
+        assert_eq!(r["result"], "ok", "{r}");
+        let fd = from.recv_fd(deadline).unwrap();
+        to.send_fd(std::os::fd::AsFd::as_fd(&fd)).unwrap();
+        let r = to
+            .request(&json!({"op": "recv"}), deadline, &cancel)
+            .unwrap();
+        assert_eq!(r["data"], "what the pool holds", "{r}");
+        // Nothing more was sent: waiting for another descriptor ends at its deadline.
+        let t = Instant::now();
+        let e = from
+            .recv_fd(Instant::now() + Duration::from_millis(200))
+            .unwrap_err();
+        assert!(t.elapsed() < Duration::from_secs(5), "{e}");
+        assert!(e.to_string().contains("descriptor channel"), "{e}");
     }
 
     #[test]

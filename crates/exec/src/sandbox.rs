@@ -5,7 +5,8 @@
 //! (`/proc/<pid>/ns/*`, `/proc/<pid>/mountinfo`, `/proc/<pid>/limits`) and records that in
 //! the trace log, so a reviewer sees which isolation a PASS ran under. See `docs/integrity.md`.
 //!
-//! The only `unsafe` in kg-exec is here: `pre_exec` and `unshare` have no safe form.
+//! The only `unsafe` in kg-exec is here: `pre_exec` and `unshare` have no safe form (and so
+//! is [`inherit_fd`], which a worker's descriptor channel needs).
 #![allow(unsafe_code)]
 
 use std::ffi::CString;
@@ -88,6 +89,22 @@ impl Sandbox {
                 Ok(())
             });
         }
+    }
+}
+
+/// Lets `cmd`'s child inherit descriptor `fd` (open in this process, close-on-exec) under the
+/// same number; no other child sees it, as the flag is cleared in that child only.
+pub fn inherit_fd(cmd: &mut Command, fd: std::os::fd::RawFd) {
+    // SAFETY: the closure runs in the forked child before exec and makes one raw fcntl on a
+    // descriptor the child inherited from us (no allocation, no locks).
+    unsafe {
+        cmd.pre_exec(move || {
+            rustix::io::fcntl_setfd(
+                std::os::fd::BorrowedFd::borrow_raw(fd),
+                rustix::io::FdFlags::empty(),
+            )?;
+            Ok(())
+        });
     }
 }
 

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 pub const KGCOMMON: &str = include_str!("../py/kgcommon.py");
 /// CUPTI device activity recording through ctypes.
 pub const KGCUPTI: &str = include_str!("../py/kgcupti.py");
+/// Device memory shared through file descriptors (CUDA VMM) through ctypes.
+pub const KGVMM: &str = include_str!("../py/kgvmm.py");
 /// The trusted judge worker.
 pub const JUDGE: &str = include_str!("../py/judge.py");
 /// The untrusted candidate worker.
@@ -32,6 +34,7 @@ pub fn install(session_dir: &Path) -> std::io::Result<()> {
     for (name, text) in [
         ("kgcommon.py", KGCOMMON),
         ("kgcupti.py", KGCUPTI),
+        ("kgvmm.py", KGVMM),
         ("judge.py", JUDGE),
         ("candidate.py", CANDIDATE),
         ("probe.py", PROBE),

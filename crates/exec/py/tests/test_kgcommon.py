@@ -504,3 +504,79 @@ def test_an_output_of_a_dtype_outside_the_table_is_named_not_read(tmp_path):
     _hostile(p, {"groups": [[{"dtype": "object", "shape": [2, 3], "offset": 0, "nbytes": 1 << 40}]]})
     (o,), = kg.read_outputs(p, torch.device("cpu"))
     assert isinstance(o, kg.ForeignTensor) and o.dtype_name == "object" and list(o.shape) == [2, 3]
+
+
+class FakePool:
+    """kgvmm.Pool in host memory: all that device_outputs and read_device_outputs use of one."""
+
+    made = []
+
+    def __init__(self, size):
+        self.size, self.mem, self.closed = size, torch.zeros(size, dtype=torch.uint8), False
+
+    @classmethod
+    def create(cls, nbytes, device):
+        p = cls(nbytes)
+        cls.made.append(p)
+        return p
+
+    def export_fd(self):
+        return os.open(os.devnull, os.O_RDONLY)
+
+    def view(self, n):
+        return self.mem[:n]
+
+    def close(self):
+        self.closed = True
+
+
+class FakeChannel:
+    def __init__(self, fail=False):
+        self.sent, self.fail = 0, fail
+
+    def send_fd(self, fd):
+        if self.fail:
+            raise OSError("the parent handed down no descriptor channel")
+        self.sent += 1
+
+
+@pytest.fixture
+def fake_pools(monkeypatch):
+    monkeypatch.setattr(kg.kgvmm, "Pool", FakePool)
+    monkeypatch.setattr(kg, "_POOL", [])
+    FakePool.made = []
+    return FakePool.made
+
+
+def test_device_outputs_reuse_one_pool_and_send_a_descriptor_only_for_a_new_one(fake_pools):
+    cpu, chan = torch.device("cpu"), FakeChannel()
+    small = [[torch.arange(10, dtype=torch.float32), torch.tensor([True, False])], "missing"]
+    d1 = kg.device_outputs(small, cpu, chan)
+    assert (d1["pool"], d1["size"], chan.sent) == (1, 2 << 20, 1)
+    got = kg.read_device_outputs(d1, cpu, fake_pools[-1])
+    assert torch.equal(got[0][0], small[0][0]) and torch.equal(got[0][1], small[0][1]) and got[1] == "missing"
+    d2 = kg.device_outputs([[torch.ones(3)]], cpu, chan)  # fits: the same pool, no descriptor
+    assert (d2["pool"], chan.sent, len(fake_pools)) == (1, 1, 1)
+    big = [[torch.randn(700_000)]]  # 2.8 MB: a pool of 4 MiB, the old one released
+    d3 = kg.device_outputs(big, cpu, chan)
+    assert (d3["pool"], d3["size"], chan.sent) == (2, 4 << 20, 2) and fake_pools[0].closed
+    got = kg.read_device_outputs(d3, cpu, fake_pools[-1])
+    # The judge's copy is its own: the candidate writing its pool afterwards changes nothing.
+    fake_pools[-1].mem.zero_()
+    assert torch.equal(got[0][0], big[0][0])
+
+
+def test_a_pool_whose_descriptor_cannot_be_sent_is_released_and_not_kept(fake_pools):
+    with pytest.raises(OSError, match="no descriptor channel"):
+        kg.device_outputs([[torch.ones(3)]], torch.device("cpu"), FakeChannel(fail=True))
+    assert fake_pools[0].closed and kg._POOL == []
+
+
+def test_device_outputs_are_checked_against_the_judges_own_pool_size_not_the_claimed_one():
+    pool = FakePool(1 << 20)
+    desc = {"pool": 1, "size": 1 << 40,
+            "groups": [[{"dtype": "float32", "shape": [1 << 19], "offset": 0, "nbytes": 1 << 21}]]}
+    with pytest.raises(ValueError, match="past the end"):
+        kg.read_device_outputs(desc, torch.device("cpu"), pool)
+    with pytest.raises(ValueError, match="not described"):
+        kg.read_device_outputs([1], torch.device("cpu"), pool)
