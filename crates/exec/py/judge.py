@@ -548,20 +548,34 @@ HOST_PROBE_WARMUP = 2
 
 
 def reference_host_ms(cupti):
-    """Median host time (ms) of the reference's call on the last round's inputs, with CUPTI
-    recording when the timing will use it (its callbacks lengthen every launch). None on the
-    CPU or when the reference raises (timing reports that itself)."""
+    """Median host time (ms) of the reference's call on the last round's inputs, each call
+    launched as a timed call is (kgcommon._time_calls' bracket: a read of the L2 flush buffer,
+    a sync, the spin kernel, the start event and marker, then the call), with CUPTI recording
+    when the timing will use it (its callbacks lengthen every launch). Calls made back to back
+    after a bare sync read 2-3.5x faster than the same calls inside the brackets on an H200
+    (gemm down_proj: 33.5 us against 63-115 us), which left the spin too short. None on the CPU
+    or when the reference raises (timing reports that itself)."""
     dev = STATE["device"]
     if dev.type != "cuda" or STATE["ref_out"].get("inputs") is None:
         return None
     fn = STATE["module"].run
     inputs = STATE["ref_out"]["inputs"]
+    spin = getattr(torch.cuda, "_sleep", None)
+    cycles = int(kg.SPIN_US_DEFAULT * kg.SPIN_CYCLES_PER_US)
+    flush = torch.empty(kg.flush_bytes(dev) // 4, dtype=torch.int32, device=dev)
+    start = torch.cuda.Event(enable_timing=True)
     recording = bool(cupti) and kg._cupti_start() is None
     times = []
     try:
         for i in range(HOST_PROBE_WARMUP + HOST_PROBE_CALLS):
             args = [_clone(x) for x in inputs]
+            flush.sum()
             torch.cuda.synchronize()
+            if spin is not None:
+                spin(cycles)
+            start.record()
+            if spin is not None:
+                spin(1)
             t0 = time.perf_counter()
             fn(*args)
             if i >= HOST_PROBE_WARMUP:
@@ -570,6 +584,7 @@ def reference_host_ms(cupti):
     except Exception:
         return None
     finally:
+        del flush
         if recording:
             kg._cupti_stop(keep=False)  # on for its callbacks' cost only
     return statistics.median(times)

@@ -701,9 +701,7 @@ def _time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, 
             return times, notes
 
         # device_event_sync
-        l2 = int(getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0) or 0)
-        flush_bytes = max(256 * 1024 * 1024, 2 * l2)
-        flush = torch.zeros(flush_bytes // 4, dtype=torch.int32, device=dev)
+        flush = torch.zeros(flush_bytes(dev) // 4, dtype=torch.int32, device=dev)
         for i in range(warmup):
             call(arg_sets[i % n])
         torch.cuda.synchronize()
@@ -843,6 +841,14 @@ def _time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, 
                                "pre_median": med(cost["pre"]), "post_median": med(cost["post"])}
         del flush
         return [max(t - overhead, 0.0) for t in raw], notes
+
+
+def flush_bytes(dev):
+    """The size of the buffer read before each timed call to flush L2 (at least twice L2)."""
+    import torch
+
+    l2 = int(getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0) or 0)
+    return max(256 * 1024 * 1024, 2 * l2)
 
 
 # The spin kernel before each timed call, unless the parent sizes it (time_calls' spin_us):
