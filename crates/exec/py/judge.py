@@ -543,8 +543,8 @@ def op_check_rounds(req):
 # Reference calls whose host time (until `run` returns, no sync) the judge measures before
 # timing, after HOST_PROBE_WARMUP calls (the correctness rounds ran it already): the parent sizes
 # the timed calls' spin kernel from it.
-HOST_PROBE_CALLS = 5
-HOST_PROBE_WARMUP = 2
+HOST_PROBE_CALLS = 4
+HOST_PROBE_WARMUP = 1
 
 
 def reference_host_ms(cupti):

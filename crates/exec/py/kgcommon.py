@@ -857,8 +857,10 @@ SPIN_US_DEFAULT = 150.0  # engine.rs SPIN_MIN_US
 # torch.cuda._sleep counts clock cycles; ~2 GHz on the GPUs we target (an H200 runs at 1980 MHz).
 SPIN_CYCLES_PER_US = 2_000
 
-# Brackets measured to subtract the bracket's own cost from event times (time_calls).
-CALIBRATION_BRACKETS = 5
+# Brackets measured to subtract the bracket's own cost from event times (time_calls). Three,
+# not five: each costs the reference's host launch again (0.5-0.7 ms for attention references,
+# twice per workload), and CUPTI spans, not event times, are what is reported.
+CALIBRATION_BRACKETS = 3
 # Their host busy time is the timed calls' median host time, at most this share of the spin.
 CALIBRATION_SPIN_SHARE = 0.8
 # Their spin outlasts that busy time by this much (never longer than the timed calls' spin).
