@@ -853,7 +853,7 @@ def flush_bytes(dev):
 
 # The spin kernel before each timed call, unless the parent sizes it (time_calls' spin_us):
 # longer than the host needs to record the start event and launch a small call.
-SPIN_US_DEFAULT = 150.0  # engine.rs SPIN_MIN_US
+SPIN_US_DEFAULT = 250.0  # engine.rs SPIN_MIN_US
 # torch.cuda._sleep counts clock cycles; ~2 GHz on the GPUs we target (an H200 runs at 1980 MHz).
 SPIN_CYCLES_PER_US = 2_000
 

@@ -362,10 +362,13 @@ const CUPTI_SPEEDUP_SLACK: f64 = 1.25;
 /// 300 µs cap (session 7), multi-kernel references whose probe read 180-220 µs (gelu_tanh,
 /// silu_and_mul: 250-290 µs inside the bracket) filled the spin, and their CUPTI spans were
 /// refused in a release run (session 8); the window stays at most 4x what the trusted
-/// reference's own host launch needs.
+/// reference's own host launch needs. With a 150 µs floor (sessions 8-12), single-kernel
+/// references whose launch inside the brackets took 60-116 µs (gemm down_proj, embedding)
+/// started some calls late in 1-25 of 50 (session 13), and 25 got a gemm's CUPTI spans
+/// refused; hence 250 µs.
 const SPIN_HOST_FACTOR: f64 = 4.0;
 /// See [`SPIN_HOST_FACTOR`] (µs).
-const SPIN_MIN_US: f64 = 150.0;
+const SPIN_MIN_US: f64 = 250.0;
 /// See [`SPIN_HOST_FACTOR`] (µs).
 const SPIN_MAX_US: f64 = 600.0;
 
@@ -2674,7 +2677,7 @@ mod tests {
     fn the_spin_follows_the_references_host_launch_within_bounds() {
         assert_eq!(spin_us_for(None), SPIN_MIN_US);
         assert_eq!(spin_us_for(Some(0.010)), SPIN_MIN_US);
-        assert_eq!(spin_us_for(Some(0.050)), 200.0);
+        assert_eq!(spin_us_for(Some(0.070)), 280.0);
         assert_eq!(spin_us_for(Some(0.120)), 480.0);
         assert_eq!(spin_us_for(Some(5.0)), SPIN_MAX_US);
         assert_eq!(spin_us_for(Some(f64::NAN)), SPIN_MIN_US);
