@@ -39,6 +39,12 @@ def _guarded():
         "torch.save": torch.save,
         "torch.load": torch.load,
         "kgcommon.write_outputs": kg.write_outputs,
+        "kgcommon.device_outputs": kg.device_outputs,
+        "kgcommon._plan_outputs": kg._plan_outputs,
+        "kgcommon._copy_into": kg._copy_into,
+        "kgcommon.kgvmm": kg.kgvmm,
+        "kgcommon._POOL": kg._POOL,
+        "candidate._hand_over": _hand_over,
         "torch.bitwise_xor": torch.bitwise_xor,
         "torch.randint": torch.randint,
         "torch.Generator": torch.Generator,
@@ -78,7 +84,8 @@ def _guarded():
         "candidate._hooks": _hooks,
     }
     for name, cls in (("kgcommon.SealedSets", kg.SealedSets), ("kgcommon.Channel", kg.Channel),
-                      ("kgcupti.Recorder", kg.kgcupti.Recorder), ("torch.Tensor", torch.Tensor)):
+                      ("kgcupti.Recorder", kg.kgcupti.Recorder), ("kgvmm.Pool", kg.kgvmm.Pool),
+                      ("torch.Tensor", torch.Tensor)):
         for k, v in vars(cls).items():
             if callable(v) or isinstance(v, (staticmethod, classmethod, property)):
                 out[f"{name}.{k}"] = v
@@ -641,7 +648,7 @@ if __name__ == "__main__":
 
     HOOKS_AT_START = {t for t in range(6) if getattr(sys, "monitoring", None) and sys.monitoring.get_tool(t) is not None}
     GC_CALLBACKS_AT_START = len(gc.callbacks)
-    GUARDED_CLASSES = ("kgcommon.SealedSets", "kgcommon.Channel", "kgcupti.Recorder", "torch.Tensor")
+    GUARDED_CLASSES = ("kgcommon.SealedSets", "kgcommon.Channel", "kgcupti.Recorder", "kgvmm.Pool", "torch.Tensor")
     MODULE_ATTRS_AT_START = _module_attrs()
     GUARDED = _guarded()
 
