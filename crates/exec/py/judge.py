@@ -2,8 +2,9 @@
 
 Generates inputs from workloads with a secret per-run seed, runs the reference, keeps its
 outputs in memory, compares candidate outputs and decides statuses. It never imports a
-candidate's code: candidate outputs arrive as raw bytes behind a header it checks
-(`kgcommon.read_outputs`), never as a pickle.
+candidate's code: candidate outputs arrive as raw bytes behind a header it checks, in the
+candidate's device memory pool it copies them out of (`kgcommon.read_device_outputs`) or in a
+file (`kgcommon.read_outputs`), never as a pickle.
 Correctness rounds come in batches (`prepare_rounds`, `check_rounds`).
 """
 
@@ -553,8 +554,9 @@ def reference_host_ms(cupti):
     a sync, the spin kernel, the start event and marker, then the call), with CUPTI recording
     when the timing will use it (its callbacks lengthen every launch). Calls made back to back
     after a bare sync read 2-3.5x faster than the same calls inside the brackets on an H200
-    (gemm down_proj: 33.5 us against 63-115 us), which left the spin too short. None on the CPU
-    or when the reference raises (timing reports that itself)."""
+    (gemm down_proj: 33.5 us against 63-115 us), which left the spin too short; this reads
+    closer but still low for some (33-74 us), which the spin's 250 us floor (engine.rs) covers.
+    None on the CPU or when the reference raises (timing reports that itself)."""
     dev = STATE["device"]
     if dev.type != "cuda" or STATE["ref_out"].get("inputs") is None:
         return None

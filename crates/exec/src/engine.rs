@@ -364,8 +364,8 @@ const CUPTI_SPEEDUP_SLACK: f64 = 1.25;
 /// refused in a release run (session 8); the window stays at most 4x what the trusted
 /// reference's own host launch needs. With a 150 µs floor (sessions 8-12), single-kernel
 /// references whose launch inside the brackets took 60-116 µs (gemm down_proj, embedding)
-/// started some calls late in 1-25 of 50 (session 13), and 25 got a gemm's CUPTI spans
-/// refused; hence 250 µs.
+/// started 1-25 of their 50 timed calls late (session 13), and one gemm's 25 late calls got
+/// its CUPTI spans refused; hence 250 µs.
 const SPIN_HOST_FACTOR: f64 = 4.0;
 /// See [`SPIN_HOST_FACTOR`] (µs).
 const SPIN_MIN_US: f64 = 250.0;

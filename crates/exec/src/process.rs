@@ -587,19 +587,37 @@ impl Worker {
         &self.tag
     }
 
-    /// Receives one file descriptor the worker sent on its descriptor channel, waiting until
-    /// `deadline` (a one-byte message carrying it; further descriptors in it are closed).
+    /// Receives the newest file descriptor the worker sent on its descriptor channel, waiting
+    /// until `deadline` for the first (one per one-byte message; further descriptors in a
+    /// message are closed). Descriptors sent earlier and never asked for (a workload that ended
+    /// between the worker's send and our relay) are closed, so an older one is never taken
+    /// for the newest.
     pub fn recv_fd(&mut self, deadline: Instant) -> Result<OwnedFd, WorkerError> {
-        let io = |what: &str, source: std::io::Error| WorkerError::Io {
-            what: format!("{what} on the descriptor channel"),
-            source,
-        };
         let wait = deadline
             .saturating_duration_since(Instant::now())
             .max(Duration::from_millis(1));
         self.fds
             .set_read_timeout(Some(wait))
-            .map_err(|e| io("set a timeout", e))?;
+            .map_err(|e| WorkerError::Io {
+                what: "set a timeout on the descriptor channel".into(),
+                source: e,
+            })?;
+        let mut newest = self.recv_one_fd(RecvFlags::empty())?;
+        // Bounded: the worker could keep sending.
+        for _ in 0..64 {
+            match self.recv_one_fd(RecvFlags::DONTWAIT) {
+                Ok(fd) => newest = fd,
+                Err(_) => break,
+            }
+        }
+        Ok(newest)
+    }
+
+    fn recv_one_fd(&mut self, flags: RecvFlags) -> Result<OwnedFd, WorkerError> {
+        let io = |source: std::io::Error| WorkerError::Io {
+            what: "receive a descriptor on the descriptor channel".into(),
+            source,
+        };
         let mut byte = [0u8; 1];
         let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
         let mut control = RecvAncillaryBuffer::new(&mut space);
@@ -607,14 +625,11 @@ impl Worker {
             &self.fds,
             &mut [IoSliceMut::new(&mut byte)],
             &mut control,
-            RecvFlags::CMSG_CLOEXEC,
+            flags | RecvFlags::CMSG_CLOEXEC,
         )
-        .map_err(|e| io("receive a descriptor", e.into()))?;
+        .map_err(|e| io(e.into()))?;
         if got.bytes == 0 {
-            return Err(io(
-                "receive a descriptor",
-                std::io::ErrorKind::UnexpectedEof.into(),
-            ));
+            return Err(io(std::io::ErrorKind::UnexpectedEof.into()));
         }
         let mut first = None;
         for msg in control.drain() {
@@ -625,12 +640,7 @@ impl Worker {
                 }
             }
         }
-        first.ok_or_else(|| {
-            io(
-                "receive a descriptor",
-                std::io::Error::other("a message came without one"),
-            )
-        })
+        first.ok_or_else(|| io(std::io::Error::other("a message came without one")))
     }
 
     /// Sends `fd` to the worker on its descriptor channel (one one-byte message).
@@ -959,10 +969,15 @@ mod tests {
         let mut to = fd_worker(dir.path(), None, "judge");
         let deadline = Instant::now() + Duration::from_secs(20);
         let cancel = CancelToken::new();
-        let r = from
-            .request(&json!({"op": "send", "path": file}), deadline, &cancel)
-            .unwrap();
-        assert_eq!(r["result"], "ok", "{r}");
+        // An older descriptor never relayed is passed over for the newest.
+        let stale = dir.path().join("stale");
+        std::fs::write(&stale, "an older pool").unwrap();
+        for path in [&stale, &file] {
+            let r = from
+                .request(&json!({"op": "send", "path": path}), deadline, &cancel)
+                .unwrap();
+            assert_eq!(r["result"], "ok", "{r}");
+        }
         let fd = from.recv_fd(deadline).unwrap();
         to.send_fd(std::os::fd::AsFd::as_fd(&fd)).unwrap();
         let r = to
