@@ -13,6 +13,7 @@ import glob
 import json
 import os
 import re
+import signal
 import statistics
 import sys
 
@@ -76,6 +77,7 @@ def rows(path, keep_first):
 
 
 def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # piped into head: stop quietly
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     if not args:
         sys.exit(__doc__)
