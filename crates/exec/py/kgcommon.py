@@ -3,7 +3,9 @@
 Protocol: the Rust parent listens on a Unix socket in a private temp dir and passes its path
 as argv[1]. The worker connects, then reads one JSON request per line and answers each with
 one JSON line: {"result": "ok", ...} or {"result": "error", "kind": ..., "message": ...}.
-Nothing is ever parsed from stdout/stderr: those are captured as the log.
+Nothing is ever parsed from stdout/stderr: those are captured as the log. A second socket,
+inherited under the number in $KG_FD_CHANNEL, carries file descriptors only (device memory
+pools, kgvmm), one per one-byte message.
 """
 
 import hashlib
