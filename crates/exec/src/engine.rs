@@ -382,6 +382,19 @@ fn spin_us_for(ref_host_ms: Option<f64>) -> f64 {
     }
 }
 
+/// The trace line for a reference whose host launch (`ref_host_ms`) needs a longer spin than
+/// [`SPIN_MAX_US`]: its calls, and a candidate's like them, are timed with their host launch
+/// gaps in the span, so their latencies move between processes. None otherwise.
+fn host_bound_note(ref_host_ms: Option<f64>) -> Option<String> {
+    let h = ref_host_ms.filter(|h| h.is_finite())?;
+    (SPIN_HOST_FACTOR * h * 1e3 > SPIN_MAX_US).then(|| {
+        format!(
+            "harness: host-bound: the reference's host launch ({:.0} us) needs a spin longer than the {SPIN_MAX_US} us cap, so launch gaps fall inside both sides' spans and the latencies move between processes (identical code read 0.4x-2.7x itself on an H200); `--timing cuda-graph` times launch-bound kernels\n",
+            h * 1e3
+        )
+    })
+}
+
 /// Fixed glibc malloc thresholds for CPU workers: blocks up to 32 MiB (glibc's maximum mmap
 /// threshold) come from the heap, and freed heap memory is kept rather than returned.
 const GLIBC_MALLOC_ENV: [(&str, &str); 2] = [
@@ -1590,6 +1603,9 @@ impl Session {
             log.push_str(&format!(
                 "harness: spin kernel before each timed call: {us:.0} us ({why})\n"
             ));
+            if let Some(note) = host_bound_note(tr.get("ref_host_ms").and_then(Value::as_f64)) {
+                log.push_str(&note);
+            }
         }
         if c_raised {
             log.push_str(&format!(
@@ -2681,6 +2697,16 @@ mod tests {
         assert_eq!(spin_us_for(Some(0.120)), 480.0);
         assert_eq!(spin_us_for(Some(5.0)), SPIN_MAX_US);
         assert_eq!(spin_us_for(Some(f64::NAN)), SPIN_MIN_US);
+    }
+
+    #[test]
+    fn only_a_reference_whose_launch_outgrows_the_spin_cap_is_called_host_bound() {
+        // 4 x 149 us = 596 us fits the cap; 4 x 151 us does not.
+        assert_eq!(host_bound_note(Some(0.149)), None);
+        let note = host_bound_note(Some(0.151)).unwrap();
+        assert!(note.contains("host launch (151 us)"), "{note}");
+        assert_eq!(host_bound_note(None), None);
+        assert_eq!(host_bound_note(Some(f64::NAN)), None);
     }
 
     #[test]
