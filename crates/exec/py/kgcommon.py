@@ -115,11 +115,10 @@ class Channel:
         if self.fds is None:
             raise OSError("the parent handed down no descriptor channel")
         self.fds.settimeout(timeout)
+        # Room for one descriptor: the kernel closes any more sent in the same message.
         _, fds, _, _ = socket.recv_fds(self.fds, 1, 1)
         if not fds:
             raise OSError("the parent sent no descriptor")
-        for extra in fds[1:]:
-            os.close(extra)
         return fds[0]
 
     def recv(self):

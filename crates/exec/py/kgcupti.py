@@ -266,9 +266,9 @@ def learn_sizes(sizes, buf, offsets):
 def walk(buf, valid, sizes, name):
     """The records in the first `valid` bytes of `buf`, as decode() reads them, stepping by the
     learned size of each kind (no library call per record: those calls were over half of
-    reading a buffer's records on an H200), or None when a kind's size is not known, a record would run past `valid`, or
-    the steps do not end exactly at `valid` (the caller then iterates with CUPTI's own
-    cuptiActivityGetNextRecord)."""
+    reading a buffer's records on an H200), or None when a kind's size is not known, a record
+    would run past `valid`, or the steps do not end exactly at `valid` (the caller then
+    iterates with CUPTI's own cuptiActivityGetNextRecord)."""
     out = []
     off = 0
     while off < valid:
