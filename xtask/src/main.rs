@@ -1,7 +1,8 @@
 //! Project tasks, run as `cargo xtask <task>` (see matklad/cargo-xtask).
 //!
 //! - `setup`: create or refresh `.venv` with the exact pins of `python/requirements.txt`.
-//! - `test`: everything CI checks (fmt, clippy, nextest, schema freshness).
+//! - `test`: everything CI checks (fmt, clippy, schema freshness, nextest, pytest, the bundled
+//!   corpus end to end on the CPU, the red team on the CPU).
 //! - `quickstart`: release build, `.venv`, then the bundled corpus on the best available device.
 //! - `schemas [--check]`: write (or check) `docs/schemas/*.json` from kg-contract.
 //! - `device-bundle DIR`: release binaries copied into DIR, for carrying to a GPU machine.
@@ -17,6 +18,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
+mod corpus;
 mod redteam;
 mod release;
 
@@ -171,6 +173,17 @@ fn test(root: &Path) -> Result<()> {
             .args(["-m", "pytest", "-q"])
             .arg(&py_tests))?;
     }
+    // The bundled corpus as a user runs it, on the CPU (about 4 minutes on 2 cores): validated,
+    // then every problem's reference and every bundled solution (Triton through its
+    // interpreter), each workload's status checked from its trace.
+    let kg_bench = redteam::default_kg_bench(root)?;
+    corpus::run_and_check(
+        &kg_bench,
+        &python,
+        Path::new(corpus::CORE),
+        "cpu",
+        &corpus::out_dir(root),
+    )?;
     // The red-team corpus on the CPU (about 5 minutes): every adversarial case caught, every
     // honest one PASSED, nothing left running, problem directories untouched.
     step("cargo xtask redteam --device cpu");
@@ -180,6 +193,8 @@ fn test(root: &Path) -> Result<()> {
         &[
             "--device".into(),
             "cpu".into(),
+            "--kg-bench".into(),
+            kg_bench.to_string_lossy().into_owned(),
             "--python".into(),
             python_arg,
         ],
@@ -203,52 +218,15 @@ fn quickstart(root: &Path) -> Result<()> {
     let python = setup(root)?;
     let bench = root.join("target/release/kg-bench");
     let out = root.join("kg-results/core");
-    step("kg-bench dataset validate problems/core");
-    sh(Command::new(&bench)
-        .args(["dataset", "validate", "problems/core", "--python"])
-        .arg(&python))?;
     // Every problem with its own reference as the solution (the baseline), then the Triton
     // solutions we ship, on the best device available (an idle GPU, else the CPU).
-    let mut failed = Vec::new();
-    for solutions in ["reference", "bundled"] {
-        step(&format!(
-            "kg-bench run problems/core --solutions {solutions} --device auto"
-        ));
-        let dir = out.join(solutions);
-        let status = Command::new(&bench)
-            .args([
-                "run",
-                "problems/core",
-                "--solutions",
-                solutions,
-                "--device",
-                "auto",
-                "--rerun",
-                "-o",
-            ])
-            .arg(&dir)
-            .arg("--python")
-            .arg(&python)
-            .status()
-            .with_context(|| format!("failed to start `{}`", bench.display()))?;
-        match status.code() {
-            Some(0) => {}
-            Some(1) => failed.push(dir.join("summary.json").display().to_string()),
-            _ => bail!("kg-bench run failed with {status}"),
-        }
-    }
+    let result = corpus::run_and_check(&bench, &python, Path::new(corpus::CORE), "auto", &out);
     eprintln!();
     eprintln!(
         "results: {}/{{reference,bundled}}/<problem>/<solution>.jsonl and summary.json",
         out.display()
     );
-    if !failed.is_empty() {
-        bail!(
-            "some workloads did not pass; see the tables above and {}",
-            failed.join(", ")
-        );
-    }
-    Ok(())
+    result
 }
 
 fn schemas(root: &Path, check: bool) -> Result<()> {

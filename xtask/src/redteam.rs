@@ -747,7 +747,8 @@ fn got_summary(g: &Got) -> String {
         .join(", ")
 }
 
-fn default_kg_bench(root: &Path) -> Result<PathBuf> {
+/// Builds kg-bench (debug) and returns its path.
+pub(crate) fn default_kg_bench(root: &Path) -> Result<PathBuf> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let st = Command::new(&cargo)
         .args(["build", "-p", "kg-bench"])

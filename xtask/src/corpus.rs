@@ -1,0 +1,411 @@
+//! The bundled corpus end to end, as a user runs it: `kg-bench dataset validate`, then `kg-bench
+//! run` with every problem's own reference and with the bundled solutions, and then every trace
+//! read back: exactly one per workload of every problem and solution, each PASSED, on the device
+//! asked for, and `summary.json` agreeing with the traces. `cargo xtask test` runs it on the CPU
+//! (Triton through its interpreter); `cargo xtask quickstart` on the best device there is.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use kg_contract::{Problem, Status, Trace};
+use kg_exec::corpus::{RunSummary, SolutionSource, discover, solutions_for, trace_path};
+
+/// The corpus both tasks run.
+pub const CORE: &str = "problems/core";
+/// The two solution sets, in the order they run.
+const SETS: [&str; 2] = ["reference", "bundled"];
+
+/// What one solution set came to.
+#[derive(Debug, PartialEq)]
+pub struct Tally {
+    /// Problems with at least one solution in the set.
+    pub problems: usize,
+    /// Solutions evaluated.
+    pub solutions: usize,
+    /// Workloads that PASSED (all of them, when checking succeeds).
+    pub passed: usize,
+}
+
+/// Validates `corpus`, runs both solution sets with `bench` on `device` into `out/<set>`, and
+/// checks every trace; fails naming each workload that did not pass or left no trace.
+pub fn run_and_check(
+    bench: &Path,
+    python: &Path,
+    corpus: &Path,
+    device: &str,
+    out: &Path,
+) -> Result<()> {
+    crate::step(&format!(
+        "kg-bench dataset validate {} --device {device}",
+        corpus.display()
+    ));
+    crate::sh(
+        Command::new(bench)
+            .args(["dataset", "validate"])
+            .arg(corpus)
+            .args(["--device", device, "--python"])
+            .arg(python),
+    )?;
+    // The traces must say CPU when the CPU was asked for; `auto` may pick either.
+    let kind = (device == "cpu").then_some("cpu");
+    let mut failed = Vec::new();
+    for set in SETS {
+        crate::step(&format!(
+            "kg-bench run {} --solutions {set} --device {device}",
+            corpus.display()
+        ));
+        let dir = out.join(set);
+        let t0 = Instant::now();
+        let status = Command::new(bench)
+            .arg("run")
+            .arg(corpus)
+            .args(["--solutions", set, "--device", device, "--rerun", "-o"])
+            .arg(&dir)
+            .arg("--python")
+            .arg(python)
+            .status()
+            .with_context(|| format!("failed to start `{}`", bench.display()))?;
+        // 0: all passed; 1: some did not (named below, from the traces). Anything else is
+        // kg-bench refusing the run or dying, which no trace explains.
+        if !matches!(status.code(), Some(0 | 1)) {
+            bail!("`kg-bench run --solutions {set}` failed with {status}; see its output above");
+        }
+        match check(corpus, &SolutionSource::parse(set), &dir, kind) {
+            Ok(t) => eprintln!(
+                "{set}: {} of {} workload(s) PASSED, {} solution(s) over {} problem(s), in {:.0} s; traces in `{}`",
+                t.passed,
+                t.passed,
+                t.solutions,
+                t.problems,
+                t0.elapsed().as_secs_f64(),
+                dir.display()
+            ),
+            Err(problems) => {
+                for p in &problems {
+                    eprintln!("{set}: {p}");
+                }
+                failed.push(format!(
+                    "{set}: {} problem(s), first: {}",
+                    problems.len(),
+                    problems[0]
+                ));
+            }
+        }
+    }
+    if !failed.is_empty() {
+        bail!(
+            "the corpus did not pass end to end:\n  {}",
+            failed.join("\n  ")
+        );
+    }
+    Ok(())
+}
+
+/// Checks the traces of one run of `source` over `corpus` in `out`: one trace for every
+/// workload of every solution, each PASSED (on a device of `kind` when given), and the run's
+/// `summary.json` counting the same. Returns every problem found, not just the first.
+pub fn check(
+    corpus: &Path,
+    source: &SolutionSource,
+    out: &Path,
+    kind: Option<&str>,
+) -> Result<Tally, Vec<String>> {
+    let mut problems = Vec::new();
+    let mut tally = Tally {
+        problems: 0,
+        solutions: 0,
+        passed: 0,
+    };
+    let dirs = discover(corpus).map_err(|e| vec![e.to_string()])?;
+    let mut expected_totals = 0usize;
+    for dir in dirs {
+        let problem = match Problem::load(&dir) {
+            Ok(p) => p,
+            Err(e) => {
+                problems.push(format!("`{}`: {e}", dir.display()));
+                continue;
+            }
+        };
+        let name = &problem.definition.name;
+        let sols = match solutions_for(&problem, source) {
+            Ok(s) => s,
+            Err(e) => {
+                problems.push(format!("{name}: {e}"));
+                continue;
+            }
+        };
+        if sols.is_empty() {
+            continue;
+        }
+        tally.problems += 1;
+        for sol in &sols {
+            tally.solutions += 1;
+            expected_totals += problem.workloads.len();
+            let path = trace_path(out, name, &sol.name);
+            let rows = match kg_contract::io::load_jsonl::<Trace>(&path) {
+                Ok(r) => r,
+                Err(e) => {
+                    problems.push(format!("{name} / {}: no traces ({e})", sol.name));
+                    continue;
+                }
+            };
+            let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+            for (_, t, _) in &rows {
+                *seen.entry(t.workload.uuid.as_str()).or_default() += 1;
+            }
+            for w in &problem.workloads {
+                let uuid = w.workload.uuid.as_str();
+                let at = format!("{name} / {} / workload {uuid}", sol.name);
+                match seen.get(uuid).copied().unwrap_or(0) {
+                    0 => {
+                        problems.push(format!("{at}: no trace in `{}`", path.display()));
+                        continue;
+                    }
+                    1 => {}
+                    n => problems.push(format!("{at}: {n} traces, expected one")),
+                }
+                let Some((_, t, _)) = rows.iter().find(|(_, t, _)| t.workload.uuid == uuid) else {
+                    continue;
+                };
+                let Some(e) = &t.evaluation else {
+                    problems.push(format!("{at}: trace without an evaluation"));
+                    continue;
+                };
+                if e.status != Status::Passed {
+                    problems.push(format!(
+                        "{at}: {} ({})",
+                        e.status.as_str(),
+                        first_lines(&e.log, 3)
+                    ));
+                    continue;
+                }
+                let got = e.environment.device.as_ref().map(|d| d.kind.as_str());
+                if let Some(want) = kind
+                    && got != Some(want)
+                {
+                    problems.push(format!(
+                        "{at}: PASSED on device {got:?}, but the run asked for {want}"
+                    ));
+                    continue;
+                }
+                tally.passed += 1;
+            }
+            let extra = rows
+                .iter()
+                .filter(|(_, t, _)| {
+                    !problem
+                        .workloads
+                        .iter()
+                        .any(|w| w.workload.uuid == t.workload.uuid)
+                })
+                .count();
+            if extra > 0 {
+                problems.push(format!(
+                    "{name} / {}: {extra} trace(s) of workloads the problem does not have",
+                    sol.name
+                ));
+            }
+        }
+    }
+    match read_summary(&out.join("summary.json")) {
+        Ok(s) => {
+            for (problem, why) in &s.errors {
+                problems.push(format!(
+                    "summary.json: {problem} could not be loaded: {why}"
+                ));
+            }
+            let passed = s.totals.get(Status::Passed.as_str()).copied().unwrap_or(0);
+            let all: usize = s.totals.values().sum();
+            if all != expected_totals || passed != tally.passed {
+                problems.push(format!(
+                    "summary.json counts {passed} PASSED of {all}; the traces hold {} PASSED of {expected_totals} workload(s) expected",
+                    tally.passed
+                ));
+            }
+        }
+        Err(e) => problems.push(format!("{e:#}")),
+    }
+    if tally.solutions == 0 {
+        problems.push(format!(
+            "`{}` holds no solutions to run for `{source:?}`",
+            corpus.display()
+        ));
+    }
+    if problems.is_empty() {
+        Ok(tally)
+    } else {
+        Err(problems)
+    }
+}
+
+fn read_summary(path: &Path) -> Result<RunSummary> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("failed to read `{}`", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("`{}` is not a summary", path.display()))
+}
+
+/// The first `n` non-empty lines of a log, joined, for a one-line failure.
+fn first_lines(log: &str, n: usize) -> String {
+    let v: Vec<&str> = log
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .take(n)
+        .collect();
+    if v.is_empty() {
+        "empty log".into()
+    } else {
+        v.join(" | ")
+    }
+}
+
+/// `target/xtask-corpus` (or under `CARGO_TARGET_DIR`): where `test` keeps the runs' traces.
+pub fn out_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"))
+        .join("xtask-corpus")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A problem of the bundled corpus: real definition and workloads, read only.
+    const PROBLEM: &str = "problems/core/rmsnorm_bf16_qwen2_5_0_5b";
+
+    fn problem() -> (PathBuf, Problem) {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(PROBLEM);
+        let p = Problem::load(&dir).unwrap();
+        assert!(
+            p.workloads.len() >= 3,
+            "the fixture needs several workloads"
+        );
+        (dir, p)
+    }
+
+    fn line(p: &Problem, uuid: &str, status: &str, kind: &str) -> String {
+        serde_json::json!({
+            "definition": p.definition.name, "solution": "reference",
+            "workload": {"uuid": uuid, "axes": {}, "inputs": {}},
+            "evaluation": {"status": status, "log": format!("why {status}\nmore"),
+                "environment": {"hardware": "CPU", "libs": {}, "device": {"kind": kind, "name": "n"}},
+                "timestamp": "t"}
+        })
+        .to_string()
+    }
+
+    /// Writes the traces (status, device kind per workload, None: left out) and a summary
+    /// counting `passed` of `all`; returns the output directory.
+    fn run(
+        p: &Problem,
+        rows: &[Option<(&str, &str)>],
+        passed: usize,
+        all: usize,
+    ) -> tempfile::TempDir {
+        let out = tempfile::tempdir().unwrap();
+        let sol = &solutions_for(p, &SolutionSource::Reference).unwrap()[0];
+        let path = trace_path(out.path(), &p.definition.name, &sol.name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let text: String = p
+            .workloads
+            .iter()
+            .zip(rows)
+            .filter_map(|(w, r)| r.map(|(s, k)| line(p, &w.workload.uuid, s, k) + "\n"))
+            .collect();
+        std::fs::write(&path, text).unwrap();
+        let summary = serde_json::json!({"schema_version": 1, "corpus": "c", "device": "cpu",
+            "totals": {"PASSED": passed, "INCORRECT_NUMERICAL": all - passed}, "problems": {}});
+        std::fs::write(out.path().join("summary.json"), summary.to_string()).unwrap();
+        out
+    }
+
+    fn all_passed(p: &Problem) -> Vec<Option<(&'static str, &'static str)>> {
+        vec![Some(("PASSED", "cpu")); p.workloads.len()]
+    }
+
+    #[test]
+    fn every_workload_passed_on_the_cpu_is_a_tally() {
+        let (dir, p) = problem();
+        let n = p.workloads.len();
+        let out = run(&p, &all_passed(&p), n, n);
+        let t = check(&dir, &SolutionSource::Reference, out.path(), Some("cpu")).unwrap();
+        assert_eq!(
+            t,
+            Tally {
+                problems: 1,
+                solutions: 1,
+                passed: n
+            }
+        );
+    }
+
+    #[test]
+    fn a_failed_workload_is_named_with_its_status_and_log() {
+        let (dir, p) = problem();
+        let n = p.workloads.len();
+        let mut rows = all_passed(&p);
+        rows[1] = Some(("INCORRECT_NUMERICAL", "cpu"));
+        let out = run(&p, &rows, n - 1, n);
+        let e = check(&dir, &SolutionSource::Reference, out.path(), Some("cpu")).unwrap_err();
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].contains(&p.workloads[1].workload.uuid), "{e:?}");
+        assert!(
+            e[0].contains("INCORRECT_NUMERICAL (why INCORRECT_NUMERICAL | more)"),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn a_missing_trace_and_a_summary_that_disagrees_are_caught() {
+        let (dir, p) = problem();
+        let n = p.workloads.len();
+        let mut rows = all_passed(&p);
+        rows[2] = None;
+        // The summary claims every workload passed; the traces hold one fewer.
+        let out = run(&p, &rows, n, n);
+        let e = check(&dir, &SolutionSource::Reference, out.path(), Some("cpu")).unwrap_err();
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert!(e[0].contains("no trace"), "{e:?}");
+        assert!(e[0].contains(&p.workloads[2].workload.uuid), "{e:?}");
+        assert!(e[1].starts_with("summary.json counts"), "{e:?}");
+    }
+
+    #[test]
+    fn a_pass_on_another_device_than_asked_for_is_not_counted() {
+        let (dir, p) = problem();
+        let n = p.workloads.len();
+        let mut rows = all_passed(&p);
+        rows[0] = Some(("PASSED", "cuda"));
+        let out = run(&p, &rows, n, n);
+        let e = check(&dir, &SolutionSource::Reference, out.path(), Some("cpu")).unwrap_err();
+        assert!(
+            e[0].contains("PASSED on device Some(\"cuda\"), but the run asked for cpu"),
+            "{e:?}"
+        );
+        // `--device auto` takes either.
+        assert!(check(&dir, &SolutionSource::Reference, out.path(), None).is_ok());
+    }
+
+    #[test]
+    fn a_duplicated_trace_is_caught() {
+        let (dir, p) = problem();
+        let n = p.workloads.len();
+        let out = run(&p, &all_passed(&p), n, n);
+        let sol = &solutions_for(&p, &SolutionSource::Reference).unwrap()[0];
+        let path = trace_path(out.path(), &p.definition.name, &sol.name);
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str(&(line(&p, &p.workloads[0].workload.uuid, "PASSED", "cpu") + "\n"));
+        std::fs::write(&path, text).unwrap();
+        let e = check(&dir, &SolutionSource::Reference, out.path(), Some("cpu")).unwrap_err();
+        assert!(
+            e.iter().any(|x| x.contains("2 traces, expected one")),
+            "{e:?}"
+        );
+    }
+}
