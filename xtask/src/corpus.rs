@@ -75,8 +75,7 @@ pub fn run_and_check(
         }
         match check(corpus, &SolutionSource::parse(set), &dir, kind) {
             Ok(t) => eprintln!(
-                "{set}: {} of {} workload(s) PASSED, {} solution(s) over {} problem(s), in {:.0} s; traces in `{}`",
-                t.passed,
+                "{set}: all {} workload(s) PASSED, {} solution(s) over {} problem(s), in {:.0} s; traces in `{}`",
                 t.passed,
                 t.solutions,
                 t.problems,
@@ -88,7 +87,7 @@ pub fn run_and_check(
                     eprintln!("{set}: {p}");
                 }
                 failed.push(format!(
-                    "{set}: {} problem(s), first: {}",
+                    "{set}: {} finding(s), the first: {}",
                     problems.len(),
                     problems[0]
                 ));
@@ -158,7 +157,17 @@ pub fn check(
             }
             for w in &problem.workloads {
                 let uuid = w.workload.uuid.as_str();
-                let at = format!("{name} / {} / workload {uuid}", sol.name);
+                let axes: Vec<String> = w
+                    .workload
+                    .axes
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect();
+                let at = format!(
+                    "{name} / {} / workload {uuid} ({})",
+                    sol.name,
+                    axes.join(", ")
+                );
                 match seen.get(uuid).copied().unwrap_or(0) {
                     0 => {
                         problems.push(format!("{at}: no trace in `{}`", path.display()));
@@ -175,11 +184,7 @@ pub fn check(
                     continue;
                 };
                 if e.status != Status::Passed {
-                    problems.push(format!(
-                        "{at}: {} ({})",
-                        e.status.as_str(),
-                        first_lines(&e.log, 3)
-                    ));
+                    problems.push(format!("{at}: {} ({})", e.status.as_str(), why(&e.log)));
                     continue;
                 }
                 let got = e.environment.device.as_ref().map(|d| d.kind.as_str());
@@ -247,19 +252,53 @@ fn read_summary(path: &Path) -> Result<RunSummary> {
     serde_json::from_str(&text).with_context(|| format!("`{}` is not a summary", path.display()))
 }
 
-/// The first `n` non-empty lines of a log, joined, for a one-line failure.
-fn first_lines(log: &str, n: usize) -> String {
-    let v: Vec<&str> = log
+/// What a failed workload's log says, in one line: its first two lines that are not the
+/// harness's own bookkeeping (`harness: ...`), else its first line.
+fn why(log: &str) -> String {
+    let lines: Vec<&str> = log
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty())
-        .take(n)
         .collect();
-    if v.is_empty() {
-        "empty log".into()
-    } else {
-        v.join(" | ")
+    let own: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| !l.starts_with("harness:"))
+        .take(2)
+        .collect();
+    match (own.is_empty(), lines.first()) {
+        (false, _) => own.join(" | "),
+        (true, Some(first)) => (*first).to_string(),
+        (true, None) => "empty log".into(),
     }
+}
+
+/// `cargo xtask corpus [--device D] [--kg-bench PATH]`: the check alone (the CPU unless told;
+/// a debug kg-bench built here unless given).
+pub fn task(root: &Path, args: &[String]) -> Result<()> {
+    let mut device = "cpu".to_string();
+    let mut bench = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = || {
+            it.next()
+                .cloned()
+                .with_context(|| format!("`{a}` needs a value"))
+        };
+        match a.as_str() {
+            "--device" => device = value()?,
+            "--kg-bench" => bench = Some(PathBuf::from(value()?)),
+            other => bail!(
+                "unknown argument `{other}`; usage: cargo xtask corpus [--device cpu|auto|cuda:N|rocm:N] [--kg-bench PATH]"
+            ),
+        }
+    }
+    let python = crate::setup(root)?;
+    let bench = match bench {
+        Some(b) => b,
+        None => crate::redteam::default_kg_bench(root)?,
+    };
+    run_and_check(&bench, &python, Path::new(CORE), &device, &out_dir(root))
 }
 
 /// `target/xtask-corpus` (or under `CARGO_TARGET_DIR`): where `test` keeps the runs' traces.
@@ -293,7 +332,8 @@ mod tests {
         serde_json::json!({
             "definition": p.definition.name, "solution": "reference",
             "workload": {"uuid": uuid, "axes": {}, "inputs": {}},
-            "evaluation": {"status": status, "log": format!("why {status}\nmore"),
+            "evaluation": {"status": status,
+                "log": format!("harness: bookkeeping\nwhy {status}\nmore\nharness: x\nlast"),
                 "environment": {"hardware": "CPU", "libs": {}, "device": {"kind": kind, "name": "n"}},
                 "timestamp": "t"}
         })
@@ -359,6 +399,16 @@ mod tests {
             e[0].contains("INCORRECT_NUMERICAL (why INCORRECT_NUMERICAL | more)"),
             "{e:?}"
         );
+        let axes: Vec<String> = p.workloads[1]
+            .workload
+            .axes
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        assert!(e[0].contains(&format!("({})", axes.join(", "))), "{e:?}");
+        // Only the harness's own lines: the first stands in.
+        assert_eq!(why("harness: a\nharness: b"), "harness: a");
+        assert_eq!(why(" \n"), "empty log");
     }
 
     #[test]

@@ -4,6 +4,8 @@
 //! - `test`: everything CI checks (fmt, clippy, schema freshness, nextest, pytest, the bundled
 //!   corpus end to end on the CPU, the red team on the CPU).
 //! - `quickstart`: release build, `.venv`, then the bundled corpus on the best available device.
+//! - `corpus [--device D] [--kg-bench PATH]`: the bundled corpus end to end alone, each
+//!   workload's status checked (`test` runs it on the CPU; see `corpus.rs`).
 //! - `schemas [--check]`: write (or check) `docs/schemas/*.json` from kg-contract.
 //! - `device-bundle DIR`: release binaries copied into DIR, for carrying to a GPU machine.
 //! - `release ...`: a scored, hash-bound release bundle of a corpus (see `release.rs`).
@@ -22,8 +24,7 @@ mod corpus;
 mod redteam;
 mod release;
 
-const USAGE: &str =
-    "usage: cargo xtask <setup|test|quickstart|schemas [--check]|device-bundle DIR>";
+const USAGE: &str = "usage: cargo xtask <setup|test|quickstart|corpus [--device D] [--kg-bench PATH]|schemas [--check]|device-bundle DIR>";
 const REQUIREMENTS: &str = "python/requirements.txt";
 const VENV: &str = ".venv";
 const STAMP: &str = ".venv/.kg-requirements.sha256";
@@ -48,6 +49,7 @@ fn run() -> Result<()> {
         Some("setup") => setup(&root).map(|_| ()),
         Some("test") => test(&root),
         Some("quickstart") => quickstart(&root),
+        Some("corpus") => corpus::task(&root, &args[1..]),
         Some("schemas") => schemas(&root, args.iter().any(|a| a == "--check")),
         Some("device-bundle") => {
             let dir = args.get(1).context(USAGE)?;
