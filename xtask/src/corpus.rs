@@ -151,9 +151,10 @@ pub fn check(
                     continue;
                 }
             };
-            let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+            // Each workload's traces, by uuid, in file order.
+            let mut by_uuid: BTreeMap<&str, Vec<&Trace>> = BTreeMap::new();
             for (_, t, _) in &rows {
-                *seen.entry(t.workload.uuid.as_str()).or_default() += 1;
+                by_uuid.entry(t.workload.uuid.as_str()).or_default().push(t);
             }
             for w in &problem.workloads {
                 let uuid = w.workload.uuid.as_str();
@@ -168,18 +169,14 @@ pub fn check(
                     sol.name,
                     axes.join(", ")
                 );
-                match seen.get(uuid).copied().unwrap_or(0) {
-                    0 => {
-                        problems.push(format!("{at}: no trace in `{}`", path.display()));
-                        continue;
-                    }
-                    1 => {}
-                    n => problems.push(format!("{at}: {n} traces, expected one")),
-                }
-                let Some((_, t, _)) = rows.iter().find(|(_, t, _)| t.workload.uuid == uuid) else {
+                let Some(traces) = by_uuid.remove(uuid) else {
+                    problems.push(format!("{at}: no trace in `{}`", path.display()));
                     continue;
                 };
-                let Some(e) = &t.evaluation else {
+                if traces.len() > 1 {
+                    problems.push(format!("{at}: {} traces, expected one", traces.len()));
+                }
+                let Some(e) = &traces[0].evaluation else {
                     problems.push(format!("{at}: trace without an evaluation"));
                     continue;
                 };
@@ -198,15 +195,8 @@ pub fn check(
                 }
                 tally.passed += 1;
             }
-            let extra = rows
-                .iter()
-                .filter(|(_, t, _)| {
-                    !problem
-                        .workloads
-                        .iter()
-                        .any(|w| w.workload.uuid == t.workload.uuid)
-                })
-                .count();
+            // What is left was not asked for.
+            let extra: usize = by_uuid.values().map(Vec::len).sum();
             if extra > 0 {
                 problems.push(format!(
                     "{name} / {}: {extra} trace(s) of workloads the problem does not have",
@@ -215,8 +205,8 @@ pub fn check(
             }
         }
     }
-    match read_summary(&out.join("summary.json")) {
-        Ok(s) => {
+    match kg_contract::io::load_json::<RunSummary>(&out.join("summary.json")) {
+        Ok((s, _)) => {
             for (problem, why) in &s.errors {
                 problems.push(format!(
                     "summary.json: {problem} could not be loaded: {why}"
@@ -231,7 +221,7 @@ pub fn check(
                 ));
             }
         }
-        Err(e) => problems.push(format!("{e:#}")),
+        Err(e) => problems.push(format!("summary.json: {e}")),
     }
     if tally.solutions == 0 {
         problems.push(format!(
@@ -244,12 +234,6 @@ pub fn check(
     } else {
         Err(problems)
     }
-}
-
-fn read_summary(path: &Path) -> Result<RunSummary> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("failed to read `{}`", path.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("`{}` is not a summary", path.display()))
 }
 
 /// What a failed workload's log says, in one line: its first two lines that are not the
