@@ -13,11 +13,15 @@
 //! - [`DType`]: the dtype table with storage sizes.
 //! - [`shape::resolve`]: a workload's axes bound into concrete shapes.
 //! - [`io`]: SHA-256 content addressing and atomic writes, used by every artifact writer.
+//! - [`chain`]: tamper-evident trace files (hash chain, manifest, seal or Ed25519 signature,
+//!   appends under an exclusive lock) and their verification; [`tree`]: the content hash of a
+//!   problem directory.
 //! - [`ValidationReport`]: kg-validate-pr's `validation_report.json` (validate-kernel-pr format).
 //! - [`schema::all`]: JSON Schema of every artifact type.
 //!
 //! This crate depends on nothing else in kernelgate and does no process or GPU work.
 
+pub mod chain;
 pub mod claim;
 pub mod definition;
 pub mod dtype;
@@ -29,6 +33,7 @@ pub mod schema;
 pub mod shape;
 pub mod solution;
 pub mod trace;
+pub mod tree;
 pub mod workload;
 
 pub use claim::{ClaimClocks, ClaimLocks, GpuClaim, IdlenessBasis, LockOwner};

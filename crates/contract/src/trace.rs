@@ -371,4 +371,8 @@ pub struct Trace {
     /// The result, when evaluated.
     #[serde(default)]
     pub evaluation: Option<Evaluation>,
+    /// Hash chain, manifest and seal (kernelgate addition; see [`crate::chain`]). Always the
+    /// last member: the seal is cut out of the line byte for byte.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernelgate_chain: Option<crate::chain::ChainRecord>,
 }

@@ -1161,6 +1161,8 @@ impl Session {
                     environment: env,
                     timestamp: now_iso(),
                 }),
+                // Chained and sealed by the writer, once the candidate is gone.
+                kernelgate_chain: None,
             };
             on_event(Event::WorkloadFinished(Box::new(trace.clone())));
             traces.push(trace);

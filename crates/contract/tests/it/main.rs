@@ -9,6 +9,7 @@
 )]
 
 mod bad_input;
+mod chain;
 mod compat;
 mod nullable;
 mod roundtrip;
