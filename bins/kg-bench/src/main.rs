@@ -116,6 +116,14 @@ struct EvalArgs {
     /// GPU runtime. Every trace log then says `isolation: none`.
     #[arg(long)]
     no_sandbox: bool,
+    /// Refuse to evaluate (exit 2) when any layer of the candidate's sandbox does not hold on
+    /// this host, instead of recording the missing layers in each trace.
+    #[arg(long, conflicts_with = "no_sandbox")]
+    require_sandbox: bool,
+    /// Memory limit of each candidate process (RLIMIT_DATA), e.g. `8G`, `512M` (default: half
+    /// the host's memory).
+    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    memory_limit: Option<u64>,
     /// Speed-of-light bounds (a directory of `solar analyze` outputs, or JSONL of
     /// {"definition", "workload", "t_sol_ms"}): a PASSED latency below T_SOL is REWARD_HACK.
     #[arg(long, value_name = "SOL")]
@@ -280,6 +288,36 @@ fn base_options(acq: &Acquired) -> EvalOptions {
     o
 }
 
+/// `--memory-limit`: a byte count with an optional K/M/G/T suffix (powers of 1024).
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m: u64 = match c.to_ascii_uppercase() {
+                'K' => 1 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                _ => return Err(format!("unknown unit `{c}` in `{s}` (use K, M, G or T)")),
+            };
+            (&t[..i], m)
+        }
+        _ => (t, 1),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a byte count such as 8G or 512M"))?;
+    let bytes = n
+        .checked_mul(mult)
+        .ok_or_else(|| format!("`{s}` is too large"))?;
+    if bytes < 64 << 20 {
+        return Err(format!(
+            "`{s}` is below 64M, too little to start Python and torch"
+        ));
+    }
+    Ok(bytes)
+}
+
 fn options(acq: &Acquired, a: &EvalArgs) -> Result<EvalOptions, Failure> {
     let secs = |name: &str, v: f64| -> Result<Duration, Failure> {
         if v.is_finite() && v > 0.0 {
@@ -298,6 +336,10 @@ fn options(acq: &Acquired, a: &EvalArgs) -> Result<EvalOptions, Failure> {
     o.rounds = a.rounds.max(1);
     o.seed = a.seed;
     o.sandbox = !a.no_sandbox;
+    o.require_sandbox = a.require_sandbox;
+    if let Some(m) = a.memory_limit {
+        o.memory_bytes = m;
+    }
     if let Some(p) = &a.sol {
         let t_sol_ms = kg_score::load_sol(p).map_err(|e| usage(anyhow!("--sol: {e}")))?;
         o.sol_floor = Some(kg_exec::SolFloor {

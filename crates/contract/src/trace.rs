@@ -239,6 +239,9 @@ pub struct Environment {
     /// device was used unclaimed (CPU, or an explicit `--device cuda:N`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_claim: Option<crate::claim::GpuClaim>,
+    /// The candidate's confinement layers as observed from outside it (kernelgate addition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<crate::isolation::IsolationReport>,
 }
 
 /// The result of one benchmark run.

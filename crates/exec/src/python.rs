@@ -255,6 +255,55 @@ pub fn find_python_in(
     }
 }
 
+/// What a sandboxed worker needs to see of an interpreter: the executable to start (its
+/// `sys.executable`, so a launcher script such as a pyenv shim, which needs more than the
+/// interpreter, is not in the way) and every directory it reads at start-up and import time
+/// (its prefixes and `sys.path`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InterpreterPaths {
+    /// `sys.executable`.
+    pub executable: PathBuf,
+    /// Prefixes and `sys.path` entries that exist, deduplicated.
+    pub read: Vec<PathBuf>,
+}
+
+/// Asks `python` (`-I`, so the same path the workers get) for its [`InterpreterPaths`].
+pub fn sandbox_paths(python: &Path) -> Result<InterpreterPaths, PythonError> {
+    let code = "import json, os, sys; print(json.dumps([sys.executable, [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, os.path.dirname(os.path.realpath(sys.executable))] + sys.path]))";
+    let mut cmd = Command::new(python);
+    cmd.arg("-I").arg("-B").arg("-c").arg(code);
+    let err = |message: String| PythonError::Probe {
+        path: python.to_path_buf(),
+        message,
+    };
+    let out = crate::process::output_with_timeout(cmd, Duration::from_secs(60))
+        .map_err(|e| err(format!("failed to start it: {e}")))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (exe, dirs): (PathBuf, Vec<PathBuf>) = text
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .ok_or_else(|| {
+            err(format!(
+                "no path list in its reply; stderr: {}",
+                crate::process::tail(&String::from_utf8_lossy(&out.stderr), 2000)
+            ))
+        })?;
+    let mut read: Vec<PathBuf> = Vec::new();
+    for d in dirs {
+        // sys.path holds zip files and entries that do not exist; a bind needs a real path.
+        if let Ok(c) = d.canonicalize()
+            && !read.contains(&c)
+        {
+            read.push(c);
+        }
+    }
+    Ok(InterpreterPaths {
+        executable: exe,
+        read,
+    })
+}
+
 #[derive(Deserialize)]
 struct ProbeError {
     #[serde(default)]
