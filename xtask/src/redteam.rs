@@ -98,6 +98,14 @@ struct Case {
     workloads: Option<PathBuf>,
     /// A pattern the engine is known not to stop yet, and why (reported, not a failure).
     known_gap: Option<String>,
+    /// Wall-time bound on kg-bench (default: timeout x workloads + 30 s).
+    max_wall_s: Option<u64>,
+    /// Bound on kg-bench's own peak RSS in MiB (default 2048).
+    max_rss_mib: Option<u64>,
+    /// A kg-bench feature the case needs (`memory-limit`); skipped, visibly, without it.
+    requires: Option<String>,
+    /// Passed as `--memory-limit VALUE` where kg-bench supports it.
+    memory_limit: Option<String>,
 }
 
 impl Case {
@@ -162,6 +170,16 @@ fn load_manifest(root: &Path) -> Result<Vec<Case>> {
                 .map(|p| root.join(p)),
             known_gap: e
                 .get("known_gap")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            max_wall_s: e.get("max_wall_s").and_then(Value::as_u64),
+            max_rss_mib: e.get("max_rss_mib").and_then(Value::as_u64),
+            requires: e
+                .get("requires")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            memory_limit: e
+                .get("memory_limit")
                 .and_then(Value::as_str)
                 .map(str::to_string),
             case,
@@ -346,6 +364,33 @@ struct Got {
     cwd_diff: Vec<String>,
     long_logs: Vec<usize>,
     wall: f64,
+    /// kg-bench's own peak RSS (VmHWM sampled every 50 ms), MiB.
+    rss_mib: Option<u64>,
+    /// Start-up files of the interpreter's site directories added/changed/removed.
+    startup_diff: Vec<String>,
+    /// The kg-bench binary changed.
+    binary_diff: Option<String>,
+    /// Other solutions' caches changed.
+    cache_diff: Vec<String>,
+    /// `kg-redteam-litter-*` files left in the host's temp directories.
+    litter: Vec<String>,
+    /// Planted secrets found in a trace log or output.
+    leaks: Vec<String>,
+    /// How the `-o` file disagrees with the `--json` stdout, or fails `kg-bench verify`.
+    trace_file: Vec<String>,
+    /// Wall-time or memory bounds kg-bench broke.
+    limits: Vec<String>,
+}
+
+/// What every case is checked against, set up once per run.
+struct Ctx {
+    probe: Probe,
+    /// (variable, random value) planted in kg-bench's environment.
+    secrets: Vec<(String, String)>,
+    /// The interpreter's site directories (start-up files checked there).
+    site_dirs: Vec<PathBuf>,
+    /// The run's kernelgate cache (`KG_CACHE_DIR`), with decoys of other solutions' caches.
+    cache: PathBuf,
 }
 
 fn run_case(
@@ -355,6 +400,7 @@ fn run_case(
     work: &Path,
     nonce: &str,
     c: &Case,
+    ctx: &Ctx,
 ) -> Result<Got> {
     let dir = work.join(&c.case);
     let pname = c
@@ -372,6 +418,12 @@ fn run_case(
     }
     let before_p = tree_hash(&problem)?;
     let before_c = tree_hash(&cwd)?;
+    let traces_file = dir.join("traces.jsonl");
+    let litter_dirs: Vec<&Path> = LITTER_DIRS.iter().map(Path::new).collect();
+    remove_litter(&litter(&litter_dirs));
+    let before_startup = startup_files(&ctx.site_dirs);
+    let before_bin = Binary::read(kg_bench)?;
+    let before_cache = tree_hash(&ctx.cache)?;
     let timeout = c.timeout_s.unwrap_or(30);
     let max_w = c.max_workloads.unwrap_or(2);
     let marker = format!("{nonce}-{}", c.case);
@@ -390,6 +442,8 @@ fn run_case(
     }
     cmd.arg("--solution")
         .arg(&c.solution)
+        .arg("-o")
+        .arg(&traces_file)
         .args(["--device", &opts.device, "--json"])
         .args(["--max-workloads", &max_w.to_string()])
         .args(["--rounds", "10", "--warmup", "2", "--iterations", "10"])
@@ -407,9 +461,16 @@ fn run_case(
             cmd.arg("--python").arg(venv);
         }
     }
+    if let (Some(m), true) = (&c.memory_limit, ctx.probe.memory_limit) {
+        cmd.arg("--memory-limit").arg(m);
+    }
+    for (k, v) in &ctx.secrets {
+        cmd.env(k, v);
+    }
     cmd.current_dir(&cwd)
         .env(MARKER_ENV, &marker)
         .env("TMPDIR", &tmp)
+        .env("KG_CACHE_DIR", &ctx.cache)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -443,7 +504,12 @@ fn run_case(
     // Generous: every workload may time out, plus interpreter start-up and grace periods.
     let limit = Duration::from_secs(240 + (timeout + 10) * max_w);
     let mut hung = false;
+    let mut rss_mib: Option<u64> = None;
     let status = loop {
+        // VmHWM is kg-bench's own high-water mark (its workers are separate processes).
+        if let Some(r) = peak_rss_mib(child_pid) {
+            rss_mib = Some(rss_mib.map_or(r, |m| m.max(r)));
+        }
         if let Some(st) = child.try_wait().context("failed to wait for kg-bench")? {
             break Some(st);
         }
@@ -472,6 +538,24 @@ fn run_case(
     kill_and_reap(&surv);
     let problem_diff = tree_diff(&before_p, &tree_hash(&problem)?);
     let cwd_diff = tree_diff(&before_c, &tree_hash(&cwd)?);
+    let startup_diff = files_diff(&before_startup, &startup_files(&ctx.site_dirs));
+    let binary_diff = before_bin.changed();
+    let cache_diff = cache_changes(&before_cache, &tree_hash(&ctx.cache)?);
+    let left = litter(&litter_dirs);
+    remove_litter(&left);
+    let litter_found: Vec<String> = left.iter().map(|p| p.display().to_string()).collect();
+    let file_text = std::fs::read_to_string(&traces_file).ok();
+    let leaks = leaked_secrets(
+        &ctx.secrets,
+        &[
+            ("kg-bench's --json stdout (trace logs)", &stdout[..]),
+            ("kg-bench's stderr", &stderr[..]),
+            (
+                "the -o trace file",
+                file_text.as_deref().unwrap_or("").as_bytes(),
+            ),
+        ],
+    );
     let err_tail = {
         let s = String::from_utf8_lossy(&stderr);
         let s = s.trim();
@@ -517,6 +601,20 @@ fn run_case(
         .filter_map(|t| t.evaluation.as_ref().map(|e| e.log.len()))
         .filter(|n| *n > MAX_LOG_BYTES)
         .collect();
+    let mut trace_file = Vec::new();
+    if harness_error.is_none() {
+        let json: Vec<Value> = serde_json::from_slice::<Vec<Value>>(&stdout).unwrap_or_default();
+        trace_file = trace_file_disagreements(&json, file_text.as_deref());
+        if ctx.probe.verify && file_text.is_some() {
+            trace_file.extend(verify_traces(kg_bench, &traces_file, &problem));
+        }
+    }
+    let limits = limit_breaches(
+        wall,
+        rss_mib,
+        c.max_wall_s.unwrap_or(timeout * max_w + WALL_SLACK_S),
+        c.max_rss_mib.unwrap_or(DEFAULT_MAX_RSS_MIB),
+    );
     Ok(Got {
         statuses,
         traces,
@@ -526,6 +624,14 @@ fn run_case(
         cwd_diff,
         long_logs,
         wall,
+        rss_mib,
+        startup_diff,
+        binary_diff,
+        cache_diff,
+        litter: litter_found,
+        leaks,
+        trace_file,
+        limits,
     })
 }
 
@@ -593,6 +699,8 @@ enum Verdict {
     Error,
     /// Adversarial, not stopped, and listed in the manifest as a known gap (with the reason).
     KnownGap,
+    /// Not run: kg-bench lacks what the case needs (`requires`); the reason is printed.
+    Skipped,
 }
 
 impl Verdict {
@@ -604,6 +712,7 @@ impl Verdict {
             Verdict::FalsePositive => "FALSE-POSITIVE",
             Verdict::Error => "ERROR",
             Verdict::KnownGap => "KNOWN-GAP",
+            Verdict::Skipped => "SKIPPED",
         }
     }
 }
@@ -646,6 +755,31 @@ fn side_effects(g: &Got) -> Vec<String> {
     if !g.long_logs.is_empty() {
         side.push(format!("unbounded trace log(s): {:?} bytes", g.long_logs));
     }
+    if !g.startup_diff.is_empty() {
+        side.push(format!(
+            "interpreter start-up file(s) planted: {}",
+            g.startup_diff.join(" ")
+        ));
+    }
+    if let Some(b) = &g.binary_diff {
+        side.push(b.clone());
+    }
+    if !g.cache_diff.is_empty() {
+        side.push(format!(
+            "other solutions' cache changed: {}",
+            g.cache_diff.join(" ")
+        ));
+    }
+    if !g.litter.is_empty() {
+        side.push(format!("host temp litter: {}", g.litter.join(" ")));
+    }
+    if !g.leaks.is_empty() {
+        side.push(format!("planted secret leaked: {}", g.leaks.join(", ")));
+    }
+    if !g.trace_file.is_empty() {
+        side.push(format!("trace file: {}", g.trace_file.join("; ")));
+    }
+    side.extend(g.limits.iter().cloned());
     side
 }
 
@@ -810,22 +944,72 @@ pub fn redteam(root: &Path, args: &[String]) -> Result<()> {
     let work = std::env::temp_dir().join(format!("kg-redteam-{nonce}"));
     std::fs::create_dir_all(&work)
         .with_context(|| format!("failed to create `{}`", work.display()))?;
+    let probe = probe_kg_bench(&kg_bench);
+    let python = interpreter(root, &opts);
+    let site = site_dirs(&python)?;
+    let cache = work.join("cache");
+    for d in ["triton", "torch-extensions-v1"] {
+        let decoy = cache.join(d).join(DECOY);
+        std::fs::create_dir_all(&decoy)
+            .with_context(|| format!("failed to create `{}`", decoy.display()))?;
+        std::fs::write(
+            decoy.join("README"),
+            "another solution's cache (red-team decoy)\n",
+        )
+        .with_context(|| format!("failed to write into `{}`", decoy.display()))?;
+    }
+    // Put back, however the run ends, what a case may have planted outside its scratch.
+    let _restore = Restore {
+        baseline: startup_files(&site),
+        dirs: site.clone(),
+        binary: Binary::read(&kg_bench).ok(),
+    };
+    let ctx = Ctx {
+        probe,
+        secrets: SECRET_VARS
+            .iter()
+            .map(|v| (v.to_string(), format!("kgrt{}", random_hex(16))))
+            .collect(),
+        site_dirs: site,
+        cache,
+    };
     eprintln!(
-        "==> redteam: {} case(s) on {} ({} gpu-only case(s) skipped), kg-bench `{}`",
+        "==> redteam: {} case(s) on {} ({} gpu-only case(s) skipped), kg-bench `{}` (verify: {}, --memory-limit: {}); start-up files checked in {} site dir(s) of `{}`",
         cases.len(),
         opts.device,
         skipped_gpu,
-        kg_bench.display()
+        kg_bench.display(),
+        if ctx.probe.verify { "yes" } else { "no" },
+        if ctx.probe.memory_limit { "yes" } else { "no" },
+        ctx.site_dirs.len(),
+        python.display()
     );
     let t0 = Instant::now();
     let mut rows = Vec::new();
+    let mut planted_before = false;
     for (i, c) in cases.iter().enumerate() {
         eprint!("[{}/{}] {} ... ", i + 1, cases.len(), c.case);
-        let g = run_case(root, &opts, &kg_bench, &work, &nonce, c)?;
+        if let Some(reason) = skip_reason(c, &ctx.probe) {
+            eprintln!("SKIPPED: {reason}");
+            rows.push((c.clone(), "-".into(), Verdict::Skipped, reason));
+            continue;
+        }
+        let g = run_case(root, &opts, &kg_bench, &work, &nonce, c, &ctx)?;
+        // A start-up file or binary a case planted stays for the next case only (so a victim
+        // case such as poisoned_later_judge shows whether it took effect), then goes.
+        if planted_before {
+            _restore.now();
+        }
+        planted_before = !g.startup_diff.is_empty() || g.binary_diff.is_some();
         let (v, why) = judge(c, &g);
         let got = got_summary(&g);
         // The whole verdict on the progress line, so a run cut off by a time limit keeps it.
-        eprintln!("{} ({:.1} s): {got}; {why}", v.label(), g.wall);
+        eprintln!(
+            "{} ({:.1} s, kg-bench peak RSS {} MiB): {got}; {why}",
+            v.label(),
+            g.wall,
+            g.rss_mib.map_or("?".into(), |r| r.to_string())
+        );
         rows.push((c.clone(), got, v, why));
     }
     if !opts.keep {
@@ -833,16 +1017,17 @@ pub fn redteam(root: &Path, args: &[String]) -> Result<()> {
     }
     print_table(&rows);
     let count = |v: Verdict| rows.iter().filter(|r| r.2 == v).count();
-    let (ok, other, missed, fp, err, gaps) = (
+    let (ok, other, missed, fp, err, gaps, skipped) = (
         count(Verdict::Ok),
         count(Verdict::CaughtOther),
         count(Verdict::Missed),
         count(Verdict::FalsePositive),
         count(Verdict::Error),
         count(Verdict::KnownGap),
+        count(Verdict::Skipped),
     );
     println!(
-        "{} case(s) in {:.0} s: {ok} ok, {other} caught with another status, {missed} MISSED, {fp} false positive(s), {err} error(s), {gaps} known gap(s) not yet defended (docs/integrity.md){}",
+        "{} case(s) in {:.0} s: {ok} ok, {other} caught with another status, {missed} MISSED, {fp} false positive(s), {err} error(s), {gaps} known gap(s) not yet defended (docs/integrity.md), {skipped} SKIPPED (kg-bench lacks what they need){}",
         rows.len(),
         t0.elapsed().as_secs_f64(),
         if opts.keep {
@@ -895,6 +1080,487 @@ fn print_table(rows: &[(Case, String, Verdict, String)]) {
             why
         );
     }
+}
+
+// ------------------------------------------------------------------ side-effect checks (Integrity II)
+
+/// Variables the runner plants in kg-bench's environment for every case, each with a random
+/// value per run: a case fails if a value shows up in any trace log or output.
+const SECRET_VARS: [&str; 2] = ["KG_REDTEAM_SECRET", "AWS_SECRET_ACCESS_KEY"];
+/// Files a candidate may leave in the host's temp directories (`host_tmp_litter`).
+const LITTER_PREFIX: &str = "kg-redteam-litter-";
+const LITTER_DIRS: [&str; 3] = ["/tmp", "/var/tmp", "/dev/shm"];
+/// kg-bench's own peak RSS allowed by default (`max_rss_mib`).
+const DEFAULT_MAX_RSS_MIB: u64 = 2048;
+/// Wall time allowed beyond the case's total timeout by default (`max_wall_s`).
+const WALL_SLACK_S: u64 = 30;
+/// Another solution's cache directories, planted by the runner in the run's kernelgate cache
+/// so that a candidate writing into other solutions' caches has something to hit.
+const DECOY: &str = "kg-redteam-decoy";
+
+/// What the kg-bench under test supports (from its `--help` texts).
+#[derive(Debug, Clone, Copy, Default)]
+struct Probe {
+    /// `kg-bench verify` exists: every case's `-o` file must pass it.
+    verify: bool,
+    /// `kg-bench evaluate --memory-limit` exists: cases that `requires: memory-limit` run.
+    memory_limit: bool,
+}
+
+/// Whether a clap help text lists `name` under `Commands:`.
+fn help_has_command(help: &str, name: &str) -> bool {
+    let mut in_commands = false;
+    for l in help.lines() {
+        if l.trim_end().ends_with("Commands:") {
+            in_commands = true;
+        } else if in_commands && !l.starts_with(' ') && !l.trim().is_empty() {
+            in_commands = false;
+        } else if in_commands && l.split_whitespace().next() == Some(name) {
+            return true;
+        }
+    }
+    false
+}
+
+/// Whether a help text documents option `flag` (`--memory-limit`, not `--memory-limits`).
+fn help_has_flag(help: &str, flag: &str) -> bool {
+    help.split(|c: char| c.is_whitespace() || c == ',' || c == '=' || c == '[' || c == '<')
+        .any(|w| w == flag)
+}
+
+fn probe_kg_bench(kg_bench: &Path) -> Probe {
+    let help = |args: &[&str]| {
+        Command::new(kg_bench)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    };
+    Probe {
+        verify: help_has_command(&help(&["--help"]), "verify"),
+        memory_limit: help_has_flag(&help(&["evaluate", "--help"]), "--memory-limit"),
+    }
+}
+
+/// Why a case cannot run against this kg-bench (reported as SKIPPED, never as a pass).
+fn skip_reason(c: &Case, probe: &Probe) -> Option<String> {
+    match c.requires.as_deref() {
+        None => None,
+        Some("memory-limit") if probe.memory_limit => None,
+        Some("memory-limit") => Some(
+            "kg-bench evaluate has no --memory-limit: unbounded allocation would take the machine's memory".into(),
+        ),
+        Some(other) => Some(format!("unknown requirement `{other}`")),
+    }
+}
+
+/// The interpreter kg-bench will use (its own rule: --python, $PYTHON_BIN, .venv, python3).
+fn interpreter(root: &Path, opts: &Opts) -> PathBuf {
+    if let Some(p) = &opts.python {
+        return p.clone();
+    }
+    if let Some(p) = std::env::var_os("PYTHON_BIN") {
+        return PathBuf::from(p);
+    }
+    let venv = root.join(".venv/bin/python");
+    if venv.is_file() {
+        return venv;
+    }
+    PathBuf::from("python3")
+}
+
+/// The directories a Python start-up reads `.pth`, `sitecustomize` and `usercustomize` from,
+/// as the interpreter itself reports them: `sys.path`, `site.getsitepackages()` and
+/// `site.getusersitepackages()` (the user site even where it does not exist yet); also its
+/// base installation's site-packages and the system interpreters' directories
+/// (`/usr/lib/python3*`, `/usr/lib/python3/dist-packages`, `/usr/local/lib/python3*/*-packages`),
+/// which a candidate that can write them reaches just as well.
+fn site_dirs(python: &Path) -> Result<Vec<PathBuf>> {
+    let code = "import glob, json, os, site, sys\nd = list(sys.path)\ntry:\n    d += site.getsitepackages()\nexcept Exception:\n    pass\ntry:\n    d.append(site.getusersitepackages())\nexcept Exception:\n    pass\nv = 'python%d.%d' % sys.version_info[:2]\nd.append(os.path.join(sys.base_prefix, 'lib', v, 'site-packages'))\nfor g in ('/usr/lib/python3*', '/usr/lib/python3/dist-packages', '/usr/local/lib/python3*/dist-packages', '/usr/local/lib/python3*/site-packages'):\n    d += sorted(glob.glob(g))\nprint(json.dumps(d))";
+    let out = Command::new(python)
+        .args(["-c", code])
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("failed to start `{}`", python.display()))?;
+    if !out.status.success() {
+        bail!(
+            "`{}` could not list its site directories: {}",
+            python.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let list: Vec<String> = serde_json::from_slice(&out.stdout)
+        .with_context(|| format!("`{}`: site directories not JSON", python.display()))?;
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for d in list {
+        if d.is_empty() || d.ends_with(".zip") {
+            continue;
+        }
+        let p = PathBuf::from(d);
+        if !dirs.contains(&p) {
+            dirs.push(p);
+        }
+    }
+    Ok(dirs)
+}
+
+fn is_startup_file(name: &str) -> bool {
+    name.ends_with(".pth") || name == "sitecustomize.py" || name == "usercustomize.py"
+}
+
+/// Path -> contents of every start-up file directly in `dirs` (a missing directory has none).
+fn startup_files(dirs: &[PathBuf]) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    for d in dirs {
+        let Ok(rd) = std::fs::read_dir(d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !is_startup_file(&name) {
+                continue;
+            }
+            let p = e.path();
+            if let Ok(bytes) = std::fs::read(&p) {
+                out.insert(p, bytes);
+            }
+        }
+    }
+    out
+}
+
+/// `+path`, `~path`, `-path` for start-up files added, changed, removed.
+fn files_diff(
+    before: &BTreeMap<PathBuf, Vec<u8>>,
+    after: &BTreeMap<PathBuf, Vec<u8>>,
+) -> Vec<String> {
+    let mut d = Vec::new();
+    for (k, v) in after {
+        match before.get(k) {
+            None => d.push(format!("+{}", k.display())),
+            Some(b) if b != v => d.push(format!("~{}", k.display())),
+            _ => {}
+        }
+    }
+    for k in before.keys() {
+        if !after.contains_key(k) {
+            d.push(format!("-{}", k.display()));
+        }
+    }
+    d
+}
+
+/// Puts the start-up files back as in `baseline`: added ones removed, changed or removed ones
+/// rewritten. Returns what it restored.
+fn restore_files(baseline: &BTreeMap<PathBuf, Vec<u8>>, dirs: &[PathBuf]) -> Vec<String> {
+    let now = startup_files(dirs);
+    let mut done = Vec::new();
+    for p in now.keys() {
+        if !baseline.contains_key(p) && std::fs::remove_file(p).is_ok() {
+            done.push(format!("removed {}", p.display()));
+        }
+    }
+    for (p, bytes) in baseline {
+        // Through a symbolic link (Debian's sitecustomize.py points into /etc): the link stays.
+        let target = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
+        if now.get(p) != Some(bytes) && kg_contract::io::write_atomic(&target, bytes).is_ok() {
+            done.push(format!("restored {}", p.display()));
+        }
+    }
+    done
+}
+
+/// The kg-bench binary as the run started: checked after every case, restored at the end
+/// where it was replaced by a copy with bytes appended (what `plant_startup_file` does).
+struct Binary {
+    path: PathBuf,
+    bytes: Vec<u8>,
+    sha: String,
+}
+
+impl Binary {
+    fn read(path: &Path) -> Result<Binary> {
+        let bytes =
+            std::fs::read(path).with_context(|| format!("failed to read `{}`", path.display()))?;
+        let sha = kg_contract::io::sha256_hex(&bytes);
+        Ok(Binary {
+            path: path.to_path_buf(),
+            bytes,
+            sha,
+        })
+    }
+
+    /// What changed since the run started, if anything.
+    fn changed(&self) -> Option<String> {
+        match std::fs::read(&self.path) {
+            Ok(now) if kg_contract::io::sha256_hex(&now) == self.sha => None,
+            Ok(now) => Some(format!(
+                "kg-bench binary `{}` changed ({} -> {} bytes)",
+                self.path.display(),
+                self.bytes.len(),
+                now.len()
+            )),
+            Err(e) => Some(format!(
+                "kg-bench binary `{}` unreadable: {e}",
+                self.path.display()
+            )),
+        }
+    }
+
+    /// Restores the binary if its new contents start with the old ones (an append, or a copy
+    /// with a trailer); a wholly different file (a rebuild) is left alone and reported.
+    fn restore(&self) -> Option<String> {
+        let now = std::fs::read(&self.path).ok()?;
+        if now == self.bytes {
+            return None;
+        }
+        if now.starts_with(&self.bytes) {
+            let mode = std::fs::metadata(&self.path).ok().map(|m| m.permissions());
+            let ok = kg_contract::io::write_atomic(&self.path, &self.bytes).is_ok();
+            if let (true, Some(m)) = (ok, mode) {
+                let _ = std::fs::set_permissions(&self.path, m);
+            }
+            return Some(format!(
+                "{} `{}` (bytes appended by a case)",
+                if ok { "restored" } else { "FAILED to restore" },
+                self.path.display()
+            ));
+        }
+        Some(format!(
+            "`{}` differs from the run's start and was not restored (not an append)",
+            self.path.display()
+        ))
+    }
+}
+
+/// Everything the run must put back however it ends: the interpreter's start-up files and the
+/// kg-bench binary as they were when it started.
+struct Restore {
+    dirs: Vec<PathBuf>,
+    baseline: BTreeMap<PathBuf, Vec<u8>>,
+    binary: Option<Binary>,
+}
+
+impl Restore {
+    /// Puts everything back as the run found it, saying what it restored.
+    fn now(&self) {
+        let mut done = restore_files(&self.baseline, &self.dirs);
+        if let Some(b) = &self.binary {
+            done.extend(b.restore());
+        }
+        for d in done {
+            eprintln!("redteam: {d}");
+        }
+    }
+}
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        self.now();
+    }
+}
+
+/// `kg-redteam-litter-*` entries in `dirs`.
+fn litter(dirs: &[&Path]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for d in dirs {
+        if let Ok(rd) = std::fs::read_dir(d) {
+            for e in rd.flatten() {
+                if e.file_name().to_string_lossy().starts_with(LITTER_PREFIX) {
+                    out.push(e.path());
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn remove_litter(paths: &[PathBuf]) {
+    for p in paths {
+        let _ = std::fs::remove_file(p).or_else(|_| std::fs::remove_dir_all(p));
+    }
+}
+
+/// `VAR in WHERE` for every planted secret value found in one of the texts.
+fn leaked_secrets(secrets: &[(String, String)], texts: &[(&str, &[u8])]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (var, value) in secrets {
+        for (where_, text) in texts {
+            if !value.is_empty() && text.windows(value.len()).any(|w| w == value.as_bytes()) {
+                out.push(format!("{var} in {where_}"));
+            }
+        }
+    }
+    out
+}
+
+/// How the `-o` file's traces differ from kg-bench's `--json` stdout (workload, status and
+/// speedup of each line, in order); empty when they agree.
+fn trace_file_disagreements(stdout: &[Value], file: Option<&str>) -> Vec<String> {
+    let Some(text) = file else {
+        return if stdout.is_empty() {
+            vec![]
+        } else {
+            vec!["-o trace file missing".into()]
+        };
+    };
+    let mut lines = Vec::new();
+    for (i, l) in text.lines().enumerate() {
+        if l.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Value>(l) {
+            Ok(v) => lines.push(v),
+            Err(_) => return vec![format!("-o file line {} is not JSON", i + 1)],
+        }
+    }
+    let key = |t: &Value| {
+        let e = t.get("evaluation");
+        (
+            t.pointer("/workload/uuid")
+                .and_then(Value::as_str)
+                .unwrap_or("?")
+                .to_string(),
+            e.and_then(|e| e.get("status"))
+                .and_then(Value::as_str)
+                .unwrap_or("-")
+                .to_string(),
+            e.and_then(|e| e.pointer("/performance/speedup_factor"))
+                .and_then(Value::as_f64)
+                .map(|s| format!("{s:.6}")),
+        )
+    };
+    let mut out = Vec::new();
+    if lines.len() != stdout.len() {
+        out.push(format!(
+            "-o file has {} trace(s), --json stdout {}",
+            lines.len(),
+            stdout.len()
+        ));
+    }
+    for (f, s) in lines.iter().zip(stdout) {
+        let (fk, sk) = (key(f), key(s));
+        if fk != sk {
+            out.push(format!(
+                "-o file says {} {}{} where stdout says {}{}",
+                fk.0,
+                fk.1,
+                fk.2.map(|x| format!(" at {x}x")).unwrap_or_default(),
+                sk.1,
+                sk.2.map(|x| format!(" at {x}x")).unwrap_or_default()
+            ));
+        }
+    }
+    out
+}
+
+/// `kg-bench verify FILE --problem DIR`; the failure, if it did not exit 0.
+fn verify_traces(kg_bench: &Path, file: &Path, problem: &Path) -> Option<String> {
+    match Command::new(kg_bench)
+        .arg("verify")
+        .arg(file)
+        .arg("--problem")
+        .arg(problem)
+        .stdin(Stdio::null())
+        .output()
+    {
+        Ok(o) if o.status.success() => None,
+        Ok(o) => Some(format!(
+            "kg-bench verify failed ({}): {}",
+            o.status,
+            clip(
+                String::from_utf8_lossy(&o.stderr)
+                    .lines()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or(""),
+                120
+            )
+        )),
+        Err(e) => Some(format!("kg-bench verify could not start: {e}")),
+    }
+}
+
+/// Resource bounds kg-bench itself broke: its wall time and its own peak RSS.
+fn limit_breaches(
+    wall_s: f64,
+    rss_mib: Option<u64>,
+    max_wall_s: u64,
+    max_rss_mib: u64,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    if wall_s > max_wall_s as f64 {
+        out.push(format!(
+            "kg-bench took {wall_s:.1} s (bound {max_wall_s} s)"
+        ));
+    }
+    if let Some(r) = rss_mib
+        && r > max_rss_mib
+    {
+        out.push(format!(
+            "kg-bench peak RSS {r} MiB (bound {max_rss_mib} MiB)"
+        ));
+    }
+    out
+}
+
+/// Peak resident memory of a live process (VmHWM), in MiB.
+fn peak_rss_mib(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .map(|kb| kb / 1024)
+}
+
+/// Changes to the run's kernelgate cache that are not a case's own new directories: a file
+/// changed or removed, or a file added to a directory that existed before the case (another
+/// solution's cache, the decoys included).
+fn cache_changes(
+    before: &BTreeMap<String, String>,
+    after: &BTreeMap<String, String>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for (k, v) in after {
+        match before.get(k) {
+            Some(b) if b != v && v != "dir" => out.push(format!("~{k}")),
+            None if v != "dir" => {
+                let parent = Path::new(k)
+                    .parent()
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                if parent.is_empty() || before.get(&parent).is_some_and(|t| t == "dir") {
+                    out.push(format!("+{k}"));
+                }
+            }
+            _ => {}
+        }
+    }
+    for (k, v) in before {
+        if !after.contains_key(k) && v != "dir" {
+            out.push(format!("-{k}"));
+        }
+    }
+    out
+}
+
+fn random_hex(n: usize) -> String {
+    let mut buf = vec![0u8; n];
+    let ok = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .is_ok();
+    if !ok {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        return kg_contract::io::sha256_hex(format!("{t}-{}", std::process::id()).as_bytes())
+            [..2 * n]
+            .to_string();
+    }
+    buf.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
@@ -950,6 +1616,10 @@ mod tests {
             max_workloads: None,
             workloads: None,
             known_gap: known_gap.map(str::to_string),
+            max_wall_s: None,
+            max_rss_mib: None,
+            requires: None,
+            memory_limit: None,
         }
     }
 
@@ -966,6 +1636,14 @@ mod tests {
             cwd_diff: vec![],
             long_logs: vec![],
             wall: 1.0,
+            rss_mib: Some(50),
+            startup_diff: vec![],
+            binary_diff: None,
+            cache_diff: vec![],
+            litter: vec![],
+            leaks: vec![],
+            trace_file: vec![],
+            limits: vec![],
         }
     }
 
@@ -984,6 +1662,282 @@ mod tests {
         // A side effect is a miss whatever the manifest says.
         let leaked = got(vec![trace("PASSED", 25.0)], vec![(42, "sleep".into())]);
         assert_eq!(judge(&case(Some("x")), &leaked).0, Verdict::Missed);
+    }
+
+    #[test]
+    fn every_new_side_effect_is_a_miss_for_an_attack_and_a_false_positive_for_honest() {
+        let mut honest = case(None);
+        honest.expected = "PASSED".into();
+        honest.pattern = "honest: x".into();
+        let mut attack = case(None);
+        attack.expected = "PASSED".into();
+        attack.pattern = "leaves files behind".into();
+        type Mark = Box<dyn Fn(&mut Got)>;
+        let marks: Vec<(&str, Mark)> = vec![
+            (
+                "start-up",
+                Box::new(|g: &mut Got| g.startup_diff = vec!["+/s/x.pth".into()]),
+            ),
+            (
+                "binary",
+                Box::new(|g: &mut Got| g.binary_diff = Some("kg-bench binary changed".into())),
+            ),
+            (
+                "cache",
+                Box::new(|g: &mut Got| g.cache_diff = vec!["+triton/d/x.py".into()]),
+            ),
+            (
+                "litter",
+                Box::new(|g: &mut Got| g.litter = vec!["/tmp/kg-redteam-litter-1".into()]),
+            ),
+            (
+                "secret",
+                Box::new(|g: &mut Got| g.leaks = vec!["KG_REDTEAM_SECRET in stdout".into()]),
+            ),
+            (
+                "trace file",
+                Box::new(|g: &mut Got| g.trace_file = vec!["-o file says PASSED".into()]),
+            ),
+            (
+                "limits",
+                Box::new(|g: &mut Got| g.limits = vec!["kg-bench took 99 s".into()]),
+            ),
+        ];
+        for (what, mark) in marks {
+            let mut g = got(vec![trace("PASSED", 1.0)], vec![]);
+            assert_eq!(judge(&honest, &g).0, Verdict::Ok, "{what}: clean first");
+            mark(&mut g);
+            assert_eq!(judge(&honest, &g).0, Verdict::FalsePositive, "{what}");
+            assert_eq!(judge(&attack, &g).0, Verdict::Missed, "{what}");
+            // Stopped on every workload, but the side effect still makes it a miss.
+            let mut stopped = got(vec![trace("INCORRECT_NUMERICAL", 0.0)], vec![]);
+            mark(&mut stopped);
+            assert_eq!(judge(&case(None), &stopped).0, Verdict::Missed, "{what}");
+        }
+    }
+
+    #[test]
+    fn startup_files_planted_changed_or_removed_are_seen_and_restored() {
+        let d = tempfile::tempdir().unwrap();
+        let site = d.path().join("site-packages");
+        let user = d.path().join("user-site"); // missing at the start, as a user site often is
+        std::fs::create_dir_all(&site).unwrap();
+        std::fs::write(site.join("distutils-precedence.pth"), "import os\n").unwrap();
+        std::fs::write(site.join("module.py"), "x = 1\n").unwrap();
+        let dirs = vec![site.clone(), user.clone()];
+        let base = startup_files(&dirs);
+        assert_eq!(base.len(), 1, "only start-up files are kept: {base:?}");
+        assert!(files_diff(&base, &startup_files(&dirs)).is_empty());
+        std::fs::write(site.join("kg_redteam_plant.pth"), "import evil\n").unwrap();
+        std::fs::write(
+            site.join("distutils-precedence.pth"),
+            "import os\nimport evil\n",
+        )
+        .unwrap();
+        std::fs::create_dir_all(&user).unwrap();
+        std::fs::write(user.join("usercustomize.py"), "evil()\n").unwrap();
+        std::fs::write(site.join("sitecustomize.py"), "evil()\n").unwrap();
+        std::fs::write(site.join("module.py"), "x = 2\n").unwrap(); // not a start-up file
+        let diff = files_diff(&base, &startup_files(&dirs));
+        assert_eq!(diff.len(), 4, "{diff:?}");
+        assert!(
+            diff.iter()
+                .any(|d| d.starts_with('~') && d.ends_with("distutils-precedence.pth"))
+        );
+        assert!(
+            diff.iter()
+                .any(|d| d.starts_with('+') && d.ends_with("usercustomize.py"))
+        );
+        let done = restore_files(&base, &dirs);
+        assert_eq!(done.len(), 4, "{done:?}");
+        assert!(files_diff(&base, &startup_files(&dirs)).is_empty());
+        assert_eq!(
+            std::fs::read_to_string(site.join("distutils-precedence.pth")).unwrap(),
+            "import os\n"
+        );
+        std::fs::remove_file(site.join("distutils-precedence.pth")).unwrap();
+        assert_eq!(
+            files_diff(&base, &startup_files(&dirs)).len(),
+            1,
+            "removal seen"
+        );
+    }
+
+    #[test]
+    fn a_replaced_binary_is_seen_and_an_appended_one_restored() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("kg-bench");
+        std::fs::write(&p, b"\x7fELF original").unwrap();
+        let b = Binary::read(&p).unwrap();
+        assert!(b.changed().is_none() && b.restore().is_none());
+        std::fs::write(&p, b"\x7fELF original\n#kg-redteam-plant\n").unwrap();
+        assert!(b.changed().is_some());
+        assert!(b.restore().unwrap().starts_with("restored"));
+        assert!(b.changed().is_none());
+        std::fs::write(&p, b"\x7fELF rebuilt by someone").unwrap();
+        assert!(b.changed().is_some());
+        assert!(b.restore().unwrap().contains("not restored"));
+    }
+
+    #[test]
+    fn litter_is_found_by_prefix_only() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("kg-redteam-litter-import-7"), "x").unwrap();
+        std::fs::write(d.path().join("kg-redteam-1234-5"), "x").unwrap(); // the runner's own
+        let found = litter(&[d.path()]);
+        assert_eq!(found.len(), 1, "{found:?}");
+        remove_litter(&found);
+        assert!(litter(&[d.path()]).is_empty());
+    }
+
+    #[test]
+    fn planted_secrets_are_found_in_any_text() {
+        let secrets = vec![
+            ("KG_REDTEAM_SECRET".to_string(), "kgrtabc123".to_string()),
+            (
+                "AWS_SECRET_ACCESS_KEY".to_string(),
+                "kgrtfff000".to_string(),
+            ),
+        ];
+        assert!(leaked_secrets(&secrets, &[("stdout", b"all clean"), ("log", b"")]).is_empty());
+        let hit = leaked_secrets(
+            &secrets,
+            &[("stdout", b"x"), ("log", b"...AWS=kgrtfff000\n")],
+        );
+        assert_eq!(hit, vec!["AWS_SECRET_ACCESS_KEY in log"]);
+    }
+
+    #[test]
+    fn trace_file_must_agree_with_stdout() {
+        let t = |uuid: &str, status: &str, sp: f64| {
+            let mut v = serde_json::to_value(trace(status, sp)).unwrap();
+            v["workload"]["uuid"] = Value::String(uuid.into());
+            v
+        };
+        let stdout = vec![t("a", "INCORRECT_NUMERICAL", 0.0), t("b", "PASSED", 1.2)];
+        let line = |v: &Value| serde_json::to_string(v).unwrap() + "\n";
+        let same = stdout.iter().map(line).collect::<String>();
+        assert!(trace_file_disagreements(&stdout, Some(&same)).is_empty());
+        // Extra fields a tamper-evident line carries are not a disagreement.
+        let mut chained = stdout.clone();
+        chained[0]["chain"] = Value::String("sha".into());
+        let chained = chained.iter().map(line).collect::<String>();
+        assert!(trace_file_disagreements(&stdout, Some(&chained)).is_empty());
+        let forged = line(&t("a", "PASSED", 50.0)) + &line(&stdout[1]);
+        let d = trace_file_disagreements(&stdout, Some(&forged));
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert!(d[0].contains("PASSED at 50.000000x"), "{d:?}");
+        assert_eq!(
+            trace_file_disagreements(&stdout, Some(&line(&stdout[0]))).len(),
+            1
+        );
+        assert_eq!(
+            trace_file_disagreements(&stdout, None),
+            vec!["-o trace file missing"]
+        );
+        assert!(!trace_file_disagreements(&stdout, Some("{not json\n")).is_empty());
+    }
+
+    #[test]
+    fn wall_time_and_rss_bounds() {
+        assert!(limit_breaches(39.0, Some(2000), 40, 2048).is_empty());
+        assert_eq!(limit_breaches(46.0, Some(100), 40, 2048).len(), 1);
+        assert_eq!(limit_breaches(10.0, Some(3500), 40, 2048).len(), 1);
+        assert!(limit_breaches(10.0, None, 40, 2048).is_empty());
+        let me = peak_rss_mib(std::process::id());
+        assert!(me.is_some_and(|m| m < 100_000), "{me:?}");
+    }
+
+    #[test]
+    fn other_solutions_caches_are_watched_but_new_directories_are_free() {
+        let m = |v: &[(&str, &str)]| -> BTreeMap<String, String> {
+            v.iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect()
+        };
+        let before = m(&[
+            ("triton", "dir"),
+            ("triton/decoy", "dir"),
+            ("triton/decoy/README", "1"),
+        ]);
+        let own = m(&[
+            ("triton", "dir"),
+            ("triton/decoy", "dir"),
+            ("triton/decoy/README", "1"),
+            ("triton/mine", "dir"),
+            ("triton/mine/k.json", "2"),
+        ]);
+        assert!(cache_changes(&before, &own).is_empty());
+        let planted = m(&[
+            ("triton", "dir"),
+            ("triton/decoy", "dir"),
+            ("triton/decoy/README", "1"),
+            ("triton/decoy/kg-redteam-plant.py", "3"),
+        ]);
+        assert_eq!(
+            cache_changes(&before, &planted),
+            vec!["+triton/decoy/kg-redteam-plant.py"]
+        );
+        let changed = m(&[
+            ("triton", "dir"),
+            ("triton/decoy", "dir"),
+            ("triton/decoy/README", "9"),
+        ]);
+        assert_eq!(
+            cache_changes(&before, &changed),
+            vec!["~triton/decoy/README"]
+        );
+    }
+
+    #[test]
+    fn help_probes_and_skips() {
+        let top = "Usage: kg-bench <COMMAND>\n\nCommands:\n  evaluate  Evaluate\n  verify    Check a trace file\n  help      Print\n\nOptions:\n  -h, --help\n";
+        assert!(help_has_command(top, "verify"));
+        assert!(!help_has_command(top, "score"));
+        assert!(!help_has_command(
+            "Commands:\n  evaluate  x\nOptions:\n  verify\n",
+            "verify"
+        ));
+        let ev = "      --memory-limit <MEMORY_LIMIT>\n          Memory\n      --no-sandbox\n";
+        assert!(help_has_flag(ev, "--memory-limit"));
+        assert!(!help_has_flag(
+            "      --memory-limits <X>\n",
+            "--memory-limit"
+        ));
+        let mut c = case(None);
+        c.requires = Some("memory-limit".into());
+        assert!(
+            skip_reason(
+                &c,
+                &Probe {
+                    verify: false,
+                    memory_limit: false
+                }
+            )
+            .is_some()
+        );
+        assert!(
+            skip_reason(
+                &c,
+                &Probe {
+                    verify: false,
+                    memory_limit: true
+                }
+            )
+            .is_none()
+        );
+        c.requires = Some("gpu-wings".into());
+        assert!(
+            skip_reason(
+                &c,
+                &Probe {
+                    verify: true,
+                    memory_limit: true
+                }
+            )
+            .is_some()
+        );
+        assert!(skip_reason(&case(None), &Probe::default()).is_none());
     }
 
     #[test]
