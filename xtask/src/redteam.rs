@@ -106,6 +106,9 @@ struct Case {
     requires: Option<String>,
     /// Passed as `--memory-limit VALUE` where kg-bench supports it.
     memory_limit: Option<String>,
+    /// Text some trace log must contain for the case to count as stopped (a limit the
+    /// candidate reports hitting, e.g. `process creation failed`).
+    log_has: Option<String>,
 }
 
 impl Case {
@@ -182,6 +185,7 @@ fn load_manifest(root: &Path) -> Result<Vec<Case>> {
                 .get("memory_limit")
                 .and_then(Value::as_str)
                 .map(str::to_string),
+            log_has: e.get("log_has").and_then(Value::as_str).map(str::to_string),
             case,
         });
     }
@@ -609,12 +613,15 @@ fn run_case(
             trace_file.extend(verify_traces(kg_bench, &traces_file, &problem));
         }
     }
-    let limits = limit_breaches(
+    let mut limits = limit_breaches(
         wall,
         rss_mib,
         c.max_wall_s.unwrap_or(timeout * max_w + WALL_SLACK_S),
         c.max_rss_mib.unwrap_or(DEFAULT_MAX_RSS_MIB),
     );
+    if harness_error.is_none() {
+        limits.extend(missing_log(c.log_has.as_deref(), &traces));
+    }
     Ok(Got {
         statuses,
         traces,
@@ -1505,6 +1512,15 @@ fn limit_breaches(
     out
 }
 
+/// The case's `log_has` text when no trace log contains it (the limit it reports did not hold).
+fn missing_log(want: Option<&str>, traces: &[Trace]) -> Option<String> {
+    let want = want?;
+    let found = traces
+        .iter()
+        .any(|t| t.evaluation.as_ref().is_some_and(|e| e.log.contains(want)));
+    (!found).then(|| format!("no trace log says `{want}` (the limit it tests did not hold)"))
+}
+
 /// Peak resident memory of a live process (VmHWM), in MiB.
 fn peak_rss_mib(pid: u32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -1620,6 +1636,7 @@ mod tests {
             max_rss_mib: None,
             requires: None,
             memory_limit: None,
+            log_has: None,
         }
     }
 
@@ -1836,6 +1853,20 @@ mod tests {
             vec!["-o trace file missing"]
         );
         assert!(!trace_file_disagreements(&stdout, Some("{not json\n")).is_empty());
+    }
+
+    #[test]
+    fn a_limit_the_case_must_report_hitting() {
+        let mut t = trace("PASSED", 1.0);
+        if let Some(e) = t.evaluation.as_mut() {
+            e.log =
+                "redteam fork_and_fill: 4093 processes started: process creation failed: EAGAIN"
+                    .into();
+        }
+        assert!(missing_log(Some("process creation failed"), std::slice::from_ref(&t)).is_none());
+        assert!(missing_log(None, &[]).is_none());
+        let held_nothing = trace("PASSED", 1.0);
+        assert!(missing_log(Some("process creation failed"), &[held_nothing]).is_some());
     }
 
     #[test]
