@@ -548,7 +548,9 @@ fn run_case(
     let left = litter(&litter_dirs);
     remove_litter(&left);
     let litter_found: Vec<String> = left.iter().map(|p| p.display().to_string()).collect();
-    let file_text = std::fs::read_to_string(&traces_file).ok();
+    let file_text = std::fs::read(&traces_file)
+        .ok()
+        .map(|b| String::from_utf8_lossy(&b).into_owned());
     let leaks = leaked_secrets(
         &ctx.secrets,
         &[
@@ -605,13 +607,11 @@ fn run_case(
         .filter_map(|t| t.evaluation.as_ref().map(|e| e.log.len()))
         .filter(|n| *n > MAX_LOG_BYTES)
         .collect();
-    let mut trace_file = Vec::new();
-    if harness_error.is_none() {
-        let json: Vec<Value> = serde_json::from_slice::<Vec<Value>>(&stdout).unwrap_or_default();
-        trace_file = trace_file_disagreements(&json, file_text.as_deref());
-        if ctx.probe.verify && file_text.is_some() {
-            trace_file.extend(verify_traces(kg_bench, &traces_file, &problem));
-        }
+    // Also when kg-bench failed: a trace file a candidate destroyed is why it failed.
+    let json: Vec<Value> = serde_json::from_slice::<Vec<Value>>(&stdout).unwrap_or_default();
+    let mut trace_file = trace_file_disagreements(&json, file_text.as_deref());
+    if ctx.probe.verify && file_text.is_some() {
+        trace_file.extend(verify_traces(kg_bench, &traces_file, &problem));
     }
     let mut limits = limit_breaches(
         wall,
@@ -791,10 +791,18 @@ fn side_effects(g: &Got) -> Vec<String> {
 }
 
 fn judge_case(c: &Case, g: &Got) -> (Verdict, String) {
-    if let Some(e) = &g.harness_error {
-        return (Verdict::Error, e.clone());
-    }
     let side = side_effects(g);
+    if let Some(e) = &g.harness_error {
+        // kg-bench failed; if the case also left side effects (a destroyed trace file, a
+        // changed problem), the attack is why, and it got through.
+        if side.is_empty() || c.honest() {
+            return (Verdict::Error, e.clone());
+        }
+        return (
+            Verdict::Missed,
+            format!("{e}; {}; needs: {}", side.join("; "), c.defence),
+        );
+    }
     let all_passed = g.statuses.iter().all(|s| *s == Status::Passed);
     if c.expected == "PASSED" {
         if all_passed && side.is_empty() {
@@ -1853,6 +1861,17 @@ mod tests {
             vec!["-o trace file missing"]
         );
         assert!(!trace_file_disagreements(&stdout, Some("{not json\n")).is_empty());
+    }
+
+    #[test]
+    fn a_kg_bench_failure_with_side_effects_is_a_miss_not_an_error() {
+        let mut g = got(vec![], vec![]);
+        g.harness_error = Some("kg-bench exited with Some(2) without traces".into());
+        assert_eq!(judge(&case(None), &g).0, Verdict::Error);
+        g.trace_file = vec!["-o file line 1 is not JSON".into()];
+        assert_eq!(judge(&case(None), &g).0, Verdict::Missed);
+        g.problem_diff = vec!["~definition.json".into()];
+        assert_eq!(judge(&case(None), &g).0, Verdict::Missed);
     }
 
     #[test]
