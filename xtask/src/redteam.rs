@@ -109,6 +109,8 @@ struct Case {
     /// Text some trace log must contain for the case to count as stopped (a limit the
     /// candidate reports hitting, e.g. `process creation failed`).
     log_has: Option<String>,
+    /// Text no trace log may contain (a candidate reporting that it got past a limit).
+    log_lacks: Option<String>,
 }
 
 impl Case {
@@ -186,6 +188,10 @@ fn load_manifest(root: &Path) -> Result<Vec<Case>> {
                 .and_then(Value::as_str)
                 .map(str::to_string),
             log_has: e.get("log_has").and_then(Value::as_str).map(str::to_string),
+            log_lacks: e
+                .get("log_lacks")
+                .and_then(Value::as_str)
+                .map(str::to_string),
             case,
         });
     }
@@ -621,6 +627,7 @@ fn run_case(
     );
     if harness_error.is_none() {
         limits.extend(missing_log(c.log_has.as_deref(), &traces));
+        limits.extend(forbidden_log(c.log_lacks.as_deref(), &traces));
     }
     Ok(Got {
         statuses,
@@ -1529,6 +1536,16 @@ fn missing_log(want: Option<&str>, traces: &[Trace]) -> Option<String> {
     (!found).then(|| format!("no trace log says `{want}` (the limit it tests did not hold)"))
 }
 
+/// The case's `log_lacks` text when a trace log contains it (the candidate got past a limit).
+fn forbidden_log(text: Option<&str>, traces: &[Trace]) -> Option<String> {
+    let text = text?;
+    traces
+        .iter()
+        .filter_map(|t| t.evaluation.as_ref())
+        .find_map(|e| e.log.lines().find(|l| l.contains(text)))
+        .map(|l| format!("a trace log says: {}", clip(l.trim(), 160)))
+}
+
 /// Peak resident memory of a live process (VmHWM), in MiB.
 fn peak_rss_mib(pid: u32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -1645,6 +1662,7 @@ mod tests {
             requires: None,
             memory_limit: None,
             log_has: None,
+            log_lacks: None,
         }
     }
 
@@ -1885,7 +1903,21 @@ mod tests {
         assert!(missing_log(Some("process creation failed"), std::slice::from_ref(&t)).is_none());
         assert!(missing_log(None, &[]).is_none());
         let held_nothing = trace("PASSED", 1.0);
-        assert!(missing_log(Some("process creation failed"), &[held_nothing]).is_some());
+        assert!(
+            missing_log(
+                Some("process creation failed"),
+                std::slice::from_ref(&held_nothing)
+            )
+            .is_some()
+        );
+        let mut bypass = trace("INCORRECT_NUMERICAL", 0.0);
+        if let Some(e) = bypass.evaluation.as_mut() {
+            e.log = "x\nredteam allocate_unbounded: MEMORY LIMIT BYPASSED: 4096 MiB held\n".into();
+        }
+        let said = forbidden_log(Some("MEMORY LIMIT BYPASSED"), &[bypass]).unwrap();
+        assert!(said.contains("4096 MiB"), "{said}");
+        assert!(forbidden_log(Some("MEMORY LIMIT BYPASSED"), &[held_nothing]).is_none());
+        assert!(forbidden_log(None, &[]).is_none());
     }
 
     #[test]
