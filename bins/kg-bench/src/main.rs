@@ -6,6 +6,7 @@
 mod output;
 mod score_cmd;
 mod solar_cmd;
+mod verify_cmd;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -17,6 +18,7 @@ use std::time::Duration;
 use anyhow::{Context, anyhow};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use indexmap::IndexMap;
+use kg_contract::chain;
 use kg_contract::{Problem, Status, Trace, exit, load_solution};
 use kg_exec::corpus::{self, SolutionSource};
 use kg_exec::device::{AcquireOptions, Acquired};
@@ -48,6 +50,11 @@ enum Command {
     /// SOL score and release bundles.
     #[command(subcommand)]
     Score(score_cmd::ScoreCommand),
+    /// Check trace files: every line's hash chain and seal, its problem's tree hash
+    /// (--problem), its signature (--pubkey) and the file's end (--summary, --head).
+    Verify(verify_cmd::VerifyArgs),
+    /// Write an Ed25519 key pair for --sign-key (private OUT, mode 0600; public OUT.pub).
+    Keygen(verify_cmd::KeygenArgs),
 }
 
 #[derive(Subcommand)]
@@ -128,6 +135,10 @@ struct EvalArgs {
     /// {"definition", "workload", "t_sol_ms"}): a PASSED latency below T_SOL is REWARD_HACK.
     #[arg(long, value_name = "SOL")]
     sol: Option<PathBuf>,
+    /// Sign every trace line (and `run`'s summary chain record) with this Ed25519 private key
+    /// (`kg-bench keygen`); read by kg-bench before any worker starts, never passed to one.
+    #[arg(long, value_name = "FILE")]
+    sign_key: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -238,6 +249,8 @@ fn main() -> ExitCode {
         } => validate(a, &cancel),
         Command::Solar(c) => solar_cmd::run(c).map_err(usage),
         Command::Score(c) => score_cmd::run(c).map_err(usage),
+        Command::Verify(a) => verify_cmd::verify(a).map_err(usage),
+        Command::Keygen(a) => verify_cmd::keygen(a).map_err(usage),
     };
     match result {
         Ok(code) => ExitCode::from(code as u8),
@@ -405,9 +418,13 @@ impl Progress {
     }
 }
 
-fn append_trace(path: &Path, t: &Trace) -> Result<(), kg_contract::ContractError> {
-    let line = kg_contract::io::to_json_line(t, "trace")?;
-    kg_contract::io::append_line_atomic(path, &line)
+/// Reads `--sign-key` (before any worker exists, so no worker can inherit or see it).
+fn load_signer(a: &EvalArgs) -> Result<Option<chain::TraceSigner>, Failure> {
+    a.sign_key
+        .as_deref()
+        .map(chain::load_signing_key)
+        .transpose()
+        .map_err(usage)
 }
 
 fn evaluate(a: EvaluateArgs, cancel: &CancelToken) -> Result<i32, Failure> {
@@ -449,6 +466,13 @@ fn evaluate(a: EvaluateArgs, cancel: &CancelToken) -> Result<i32, Failure> {
     if workloads.is_empty() {
         return Err(usage(anyhow!("no workloads selected")));
     }
+    if a.eval.sign_key.is_some() && a.output.is_none() {
+        return Err(usage(anyhow!(
+            "--sign-key signs the trace file: give -o FILE too"
+        )));
+    }
+    let signer = load_signer(&a.eval)?;
+    let run_id = chain::new_run_id().map_err(usage)?;
     let (interp, acquired) = prepare_env(&a.env)?;
     let opts = options(&acquired, &a.eval)?;
     sol_notice(
@@ -459,29 +483,47 @@ fn evaluate(a: EvaluateArgs, cancel: &CancelToken) -> Result<i32, Failure> {
     );
     let mut session = Session::new(interp, opts, cancel.clone()).map_err(from_exec)?;
     let progress = Progress::new();
-    let mut write_error: Option<kg_contract::ContractError> = None;
-    let output = a.output.clone();
-    let result = session.evaluate(&problem, &solution, &workloads, &mut |e| {
+    // Nothing is written while the candidate lives: `evaluate_sealed` returns once it is gone.
+    let sealed = session.evaluate_sealed(&problem, None, &solution, &workloads, &mut |e| {
         progress.event(&e);
-        if let (Event::WorkloadFinished(t), Some(path)) = (&e, &output)
-            && write_error.is_none()
-            && let Err(err) = append_trace(path, t)
-        {
-            write_error = Some(err);
-        }
     });
     session.shutdown();
-    let traces = result.map_err(from_exec)?;
-    if let Some(e) = write_error {
-        return Err(usage(e));
+    let evaluated = sealed.map_err(from_exec)?;
+    let mut traces = evaluated.traces;
+    let mut head = None;
+    if let Some(path) = &a.output {
+        let manifest = chain::Manifest::new(
+            &run_id,
+            &problem.definition.name,
+            &evaluated.problem_tree_sha256,
+            &solution,
+        )
+        .map_err(usage)?;
+        let w = chain::write_traces(
+            path,
+            &traces,
+            &manifest,
+            signer.as_ref(),
+            chain::WriteMode::Append,
+        )
+        .map_err(usage)?;
+        traces = w.traces;
+        head = Some(w.head);
+    }
+    // Stopped part way (Ctrl-C, the judge lost): the finished traces are written above.
+    if let Some(e) = evaluated.error {
+        return Err(from_exec(e));
     }
     if a.env.json {
         println!("{}", serde_json::to_string_pretty(&traces).map_err(usage)?);
+        if let (Some(p), Some(h)) = (&a.output, &head) {
+            eprintln!("traces: {} (chain head {h})", p.display());
+        }
     } else {
         println!("{}", output::trace_table(&traces));
         println!("{}", output::totals_line(&traces));
-        if let Some(p) = &a.output {
-            println!("traces: {}", p.display());
+        if let (Some(p), Some(h)) = (&a.output, &head) {
+            println!("traces: {} (chain head {h})", p.display());
         }
     }
     Ok(exit_for(&traces))
@@ -531,30 +573,42 @@ fn run(a: RunArgs, cancel: &CancelToken) -> Result<i32, Failure> {
     let mut plan = Vec::new();
     let mut errors: IndexMap<String, String> = IndexMap::new();
     for d in &dirs {
+        let name = || {
+            d.file_name().map_or_else(
+                || d.display().to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            )
+        };
         match Problem::load(d) {
             Ok(p) => {
                 let sols = corpus::solutions_for(&p, &source).map_err(usage)?;
                 for s in &sols {
                     check_languages(s).map_err(from_exec)?;
                 }
-                plan.push((p, sols));
+                // The tree as loaded: every evaluation of this problem must find it unchanged.
+                let tree = kg_exec::integrity::snapshot_dir(&p.dir);
+                match tree.sha256() {
+                    Ok(sha) => plan.push((p, tree, sha, sols)),
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        errors.insert(name(), e.to_string());
+                    }
+                }
             }
             Err(e) => {
-                let name = d.file_name().map_or_else(
-                    || d.display().to_string(),
-                    |n| n.to_string_lossy().into_owned(),
-                );
                 eprintln!("error: {e}");
-                errors.insert(name, e.to_string());
+                errors.insert(name(), e.to_string());
             }
         }
     }
+    let signer = load_signer(&a.eval)?;
+    let run_id = chain::new_run_id().map_err(usage)?;
     let (interp, acquired) = prepare_env(&a.env)?;
     let device = acquired.choice.clone();
     let opts = options(&acquired, &a.eval)?;
     sol_notice(
         &opts,
-        plan.iter().flat_map(|(p, _)| {
+        plan.iter().flat_map(|(p, _, _, _)| {
             corpus::select_workloads(p, None, a.eval.max_workloads)
                 .into_iter()
                 .map(|w| (p.definition.name.as_str(), w.workload.uuid.as_str()))
@@ -564,7 +618,7 @@ fn run(a: RunArgs, cancel: &CancelToken) -> Result<i32, Failure> {
     let progress = Progress::new();
     let mut files = Vec::new();
     let mut rows = Vec::new();
-    for (problem, sols) in &plan {
+    for (problem, tree, tree_sha256, sols) in &plan {
         let name = problem.definition.name.clone();
         if sols.is_empty() {
             eprintln!("notice: {name}: no solutions in the chosen source; skipped");
@@ -574,7 +628,8 @@ fn run(a: RunArgs, cancel: &CancelToken) -> Result<i32, Failure> {
         for sol in sols {
             let path = corpus::trace_path(&a.output, &name, &sol.name);
             files.push((name.clone(), sol.name.clone(), path.clone()));
-            if !a.rerun && corpus::is_finished(&path, &workloads) {
+            let solution_sha256 = chain::solution_sha256(sol).map_err(usage)?;
+            if !a.rerun && corpus::is_finished(&path, &workloads, tree_sha256, &solution_sha256) {
                 eprintln!(
                     "notice: {name} / {}: complete traces in `{}`; skipped (use --rerun)",
                     sol.name,
@@ -592,31 +647,55 @@ fn run(a: RunArgs, cancel: &CancelToken) -> Result<i32, Failure> {
                     path.display()
                 )));
             }
-            let mut write_error: Option<kg_contract::ContractError> = None;
-            let res = session.evaluate(problem, sol, &workloads, &mut |e| {
+            // Nothing is written while the candidate lives: `evaluate_sealed` returns once it
+            // is gone.
+            let res = session.evaluate_sealed(problem, Some(tree), sol, &workloads, &mut |e| {
                 progress.event(&e);
-                if let Event::WorkloadFinished(t) = &e
-                    && write_error.is_none()
-                    && let Err(err) = append_trace(&path, t)
-                {
-                    write_error = Some(err);
-                }
             });
-            match res {
-                Ok(traces) => rows.push((name.clone(), sol.name.clone(), Some(traces))),
+            let evaluated = match res {
+                Ok(e) => e,
+                Err(e @ ExecError::ProblemChanged { .. }) => {
+                    // An earlier candidate (or someone) changed this problem: no later
+                    // evaluation of it can be trusted; the other problems still run.
+                    eprintln!("error: {e}");
+                    errors.insert(name.clone(), e.to_string());
+                    break;
+                }
                 Err(e) => {
                     session.shutdown();
                     return Err(from_exec(e));
                 }
+            };
+            let written = chain::Manifest::new(&run_id, &name, &evaluated.problem_tree_sha256, sol)
+                .map_err(chain::ChainError::from)
+                .and_then(|m| {
+                    chain::write_traces(
+                        &path,
+                        &evaluated.traces,
+                        &m,
+                        signer.as_ref(),
+                        chain::WriteMode::Replace,
+                    )
+                });
+            match written {
+                Ok(w) => rows.push((name.clone(), sol.name.clone(), Some(w.traces))),
+                Err(e) => {
+                    session.shutdown();
+                    return Err(usage(e));
+                }
             }
-            if let Some(e) = write_error {
+            // Stopped part way (Ctrl-C, the judge lost): the finished traces are written.
+            if let Some(e) = evaluated.error {
                 session.shutdown();
-                return Err(usage(e));
+                return Err(from_exec(e));
             }
         }
     }
     session.shutdown();
-    let summary = corpus::summarize(&a.corpus_dir, &device.to_string(), &files, errors);
+    let mut summary = corpus::summarize(&a.corpus_dir, &device.to_string(), &files, errors);
+    let paths: Vec<PathBuf> = files.iter().map(|(_, _, p)| p.clone()).collect();
+    summary.chain =
+        Some(chain::RunChain::seal(&a.output, &run_id, &paths, signer.as_ref()).map_err(usage)?);
     let summary_path = a.output.join("summary.json");
     let text = kg_contract::io::to_json_pretty(&summary, "summary").map_err(usage)?;
     kg_contract::io::write_atomic(&summary_path, text.as_bytes()).map_err(usage)?;

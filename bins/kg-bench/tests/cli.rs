@@ -559,15 +559,16 @@ fn kill_mid_run(
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    // Wait for the first trace (TIMEOUT) and for the second workload's hang to start.
-    let first = wait_until(Duration::from_secs(300), || {
-        std::fs::read_to_string(&traces).is_ok_and(|t| t.lines().count() >= 1)
-    });
-    assert!(first, "no trace appeared");
-    let second_hang = wait_until(Duration::from_secs(180), || {
+    // Wait for the second workload's hang to start (the first ended in TIMEOUT). Its trace is
+    // not on disk yet: traces are written only once the candidate is gone.
+    let second_hang = wait_until(Duration::from_secs(480), || {
         std::fs::read_to_string(&pidfile).is_ok_and(|t| t.lines().count() >= 2)
     });
     assert!(second_hang, "second workload never started");
+    assert!(
+        !traces.exists(),
+        "a trace was written while the candidate was alive"
+    );
     let st = Command::new("kill")
         .args([signal, &child.id().to_string()])
         .status()
@@ -587,6 +588,9 @@ fn sigterm_kills_every_worker_and_keeps_traces_valid() {
     let t = traces_in(&traces);
     assert_eq!(t.len(), 1);
     assert_eq!(t[0].evaluation.as_ref().unwrap().status, Status::Timeout);
+    // The finished workload's trace, written after the candidate was killed, is a whole chain.
+    let r = kg_contract::chain::verify_file(&traces, &Default::default()).unwrap();
+    assert!(r.ok(), "{:?}", r.findings);
     // Killed on the way out, not left for a watchdog (helpers carry the pid file's path).
     assert!(!std::fs::read_to_string(&pidfile).unwrap().trim().is_empty());
     let left = processes_mentioning(&tmp.path().display().to_string());
@@ -603,9 +607,9 @@ fn sigkill_of_kg_bench_leaves_byte_valid_jsonl_and_no_orphans() {
     }
     let (tmp, status, traces, pidfile) = kill_mid_run("-KILL");
     assert_eq!(status.code(), None);
-    // Every line complete and valid: appends are atomic.
-    let t = traces_in(&traces);
-    assert_eq!(t.len(), 1);
+    // Killed before its candidate was gone: nothing of this evaluation was written (no torn
+    // line, no partial chain).
+    assert!(!traces.exists(), "{}", traces.display());
     // Orphaned workers (and their helpers, whose command lines carry the pid file's path under
     // `tmp`) notice their parent is gone and end.
     let needle = tmp.path().display().to_string();
@@ -828,4 +832,186 @@ fn corpus_failure_fixtures_get_their_status() {
     }
     let left = processes_mentioning(&tmp.path().display().to_string());
     assert!(left.is_empty(), "workers left behind: {left:?}");
+}
+
+/// One byte of a PASSED line's latency changed, as a text editor would.
+fn edit_latency(line: &str) -> String {
+    let key = "\"latency_ms\":";
+    let at = line.find(key).expect("a PASSED line") + key.len();
+    let digit = if &line[at..at + 1] == "1" { "2" } else { "1" };
+    format!("{}{digit}{}", &line[..at], &line[at + 1..])
+}
+
+fn verify(py: &Path, tmp: &Path, args: &[&std::ffi::OsStr]) -> Output {
+    kg(py, tmp).arg("verify").args(args).output().unwrap()
+}
+
+#[test]
+fn evaluated_traces_verify_and_an_edited_latency_does_not() {
+    let Some(py) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let problem = fixtures().join("corpus/add");
+    let traces = tmp.path().join("t.jsonl");
+    let key = tmp.path().join("key");
+    let o = kg(&py, tmp.path())
+        .args(["keygen"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    let pubkey = tmp.path().join("key.pub");
+    let o = kg(&py, tmp.path())
+        .args(["evaluate"])
+        .arg(&problem)
+        .arg("--solution")
+        .arg(problem.join("solutions/passed_pytorch_dps.json"))
+        .arg("-o")
+        .arg(&traces)
+        .arg("--sign-key")
+        .arg(&key)
+        .args(FAST)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+    let head = stdout
+        .lines()
+        .find_map(|l| l.split("(chain head ").nth(1))
+        .map(|h| h.trim_end_matches(')').to_string())
+        .expect("the chain head is printed");
+    let t = traces_in(&traces);
+    assert_eq!(t.len(), 2);
+    assert!(
+        t.iter()
+            .all(|t| t.evaluation.as_ref().unwrap().status == Status::Passed)
+    );
+    let m = &t[0].kernelgate_chain.as_ref().unwrap().manifest;
+    assert_eq!(
+        m.problem_tree_sha256,
+        kg_contract::tree::tree_sha256(&problem).unwrap()
+    );
+    let (p, k, h) = (
+        problem.as_os_str(),
+        pubkey.as_os_str(),
+        std::ffi::OsStr::new(&head),
+    );
+    let ok = verify(
+        &py,
+        tmp.path(),
+        &[
+            traces.as_os_str(),
+            "--problem".as_ref(),
+            p,
+            "--pubkey".as_ref(),
+            k,
+            "--head".as_ref(),
+            h,
+        ],
+    );
+    assert_eq!(
+        ok.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ok.stdout)
+    );
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("signed by"));
+    // A copy of the problem hashes the same (paths are relative)...
+    let copy = tmp.path().join("add");
+    let st = Command::new("cp")
+        .arg("-r")
+        .arg(&problem)
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let o = verify(
+        &py,
+        tmp.path(),
+        &[traces.as_os_str(), "--problem".as_ref(), copy.as_os_str()],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    // ...until a tolerance in it changes: not the problem these traces were judged on.
+    let wl = copy.join("workload.jsonl");
+    let text = std::fs::read_to_string(&wl).unwrap();
+    let looser = text.replacen(
+        "{\"uuid\"",
+        "{\"tolerance\": {\"max_atol\": 1.0}, \"uuid\"",
+        1,
+    );
+    assert_ne!(looser, text);
+    std::fs::write(&wl, looser).unwrap();
+    let o = verify(
+        &py,
+        tmp.path(),
+        &[traces.as_os_str(), "--problem".as_ref(), copy.as_os_str()],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("problem tree"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    // One byte of the first PASSED line's latency: tampered, named by file and line.
+    let text = std::fs::read_to_string(&traces).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    lines[0] = edit_latency(&lines[0]);
+    std::fs::write(&traces, lines.join("\n") + "\n").unwrap();
+    let bad = verify(&py, tmp.path(), &[traces.as_os_str()]);
+    assert_eq!(bad.status.code(), Some(1));
+    let out = String::from_utf8_lossy(&bad.stdout);
+    assert!(out.contains(&format!("{}:1:", traces.display())), "{out}");
+    // Also the last line, which no later line links to: its own seal (and signature) break.
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    lines[1] = edit_latency(&lines[1]);
+    std::fs::write(&traces, lines.join("\n") + "\n").unwrap();
+    let bad = verify(&py, tmp.path(), &[traces.as_os_str(), "--json".as_ref()]);
+    assert_eq!(bad.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&bad.stdout).unwrap();
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["files"][0]["findings"][0]["line"], 2);
+    // Unreadable input is a usage error, not a verdict.
+    let missing = tmp.path().join("nope.jsonl");
+    assert_eq!(
+        verify(&py, tmp.path(), &[missing.as_os_str()])
+            .status
+            .code(),
+        Some(2)
+    );
+}
+
+#[test]
+fn concurrent_evaluations_appending_to_one_file_lose_nothing() {
+    let Some(py) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let problem = fixtures().join("corpus/add");
+    let traces = tmp.path().join("same.jsonl");
+    let runs = 4;
+    let children: Vec<_> = (0..runs)
+        .map(|_| {
+            kg(&py, tmp.path())
+                .args(["evaluate"])
+                .arg(&problem)
+                .arg("--solution")
+                .arg(problem.join("solutions/passed_pytorch_dps.json"))
+                .arg("-o")
+                .arg(&traces)
+                .args(FAST)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in children {
+        let o = c.wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    }
+    let r = kg_contract::chain::verify_file(&traces, &Default::default()).unwrap();
+    assert!(r.ok(), "{:?}", r.findings);
+    assert_eq!(r.lines, runs * 2);
 }

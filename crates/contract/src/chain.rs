@@ -109,6 +109,26 @@ pub struct Manifest {
     pub solution_sha256: String,
 }
 
+impl Manifest {
+    /// The manifest of one evaluation of `solution` on the problem `definition` whose tree hash
+    /// was `problem_tree_sha256`, by this kernelgate version.
+    pub fn new(
+        run_id: &str,
+        definition: &str,
+        problem_tree_sha256: &str,
+        solution: &Solution,
+    ) -> Result<Manifest, ContractError> {
+        Ok(Manifest {
+            kernelgate_version: env!("CARGO_PKG_VERSION").to_string(),
+            run_id: run_id.to_string(),
+            definition: definition.to_string(),
+            problem_tree_sha256: problem_tree_sha256.to_string(),
+            solution: solution.name.clone(),
+            solution_sha256: solution_sha256(solution)?,
+        })
+    }
+}
+
 /// The hash-chain record on a trace line (`kernelgate_chain`; module docs).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ChainRecord {
@@ -209,6 +229,15 @@ pub enum ChainError {
     /// Random bytes for a run id or key.
     #[error("failed to get random bytes from the OS: {0}")]
     Random(String),
+    /// A `--problem` directory whose `definition.json` names no definition.
+    #[error("`{}` has no `name`: not a problem's definition", path.display())]
+    NotAProblem {
+        /// The definition file.
+        path: PathBuf,
+    },
+    /// A problem directory that has no tree hash.
+    #[error(transparent)]
+    Tree(Box<crate::tree::TreeError>),
 }
 
 fn io_err<'a>(
@@ -641,6 +670,54 @@ pub struct ExpectedProblem {
     pub dir: PathBuf,
     /// Its tree hash now.
     pub tree_sha256: String,
+}
+
+impl ExpectedProblem {
+    /// A problem directory as `verify --problem` takes it: the definition name it holds (read
+    /// leniently from `definition.json`: only `name`) and its tree hash now.
+    pub fn from_dir(dir: &Path) -> Result<(String, ExpectedProblem), ChainError> {
+        let def = dir.join(crate::problem::DEFINITION_FILE);
+        let (value, _) = crate::io::load_json::<serde_json::Value>(&def)?;
+        let name = value
+            .get("name")
+            .and_then(serde_json::Value::as_str)
+            .filter(|n| !n.trim().is_empty())
+            .ok_or_else(|| ChainError::NotAProblem { path: def.clone() })?
+            .to_string();
+        let tree_sha256 =
+            crate::tree::tree_sha256(dir).map_err(|e| ChainError::Tree(Box::new(e)))?;
+        Ok((
+            name,
+            ExpectedProblem {
+                dir: dir.to_path_buf(),
+                tree_sha256,
+            },
+        ))
+    }
+}
+
+impl std::str::FromStr for ChainHead {
+    type Err = String;
+
+    /// `LINES:SHA256`, as kg-bench prints a file's head.
+    fn from_str(s: &str) -> Result<ChainHead, String> {
+        let bad = || format!("`{s}` is not a chain head `LINES:SHA256` (e.g. `4:3a7f...`)");
+        let (n, h) = s.split_once(':').ok_or_else(bad)?;
+        let lines: u64 = n.parse().map_err(|_| bad())?;
+        if h.len() != 64 || unhex(h).is_none() {
+            return Err(bad());
+        }
+        Ok(ChainHead {
+            lines,
+            sha256: h.to_ascii_lowercase(),
+        })
+    }
+}
+
+impl std::fmt::Display for ChainHead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.lines, self.sha256)
+    }
 }
 
 /// What [`verify_file`] checks beyond the chain itself.

@@ -163,21 +163,43 @@ pub fn trace_path(out_dir: &Path, problem: &str, solution: &str) -> PathBuf {
         .join(format!("{}.jsonl", safe(solution)))
 }
 
-/// Whether a trace file already holds one complete trace for each expected workload.
-pub fn is_finished(path: &Path, expected: &[&LoadedWorkload]) -> bool {
+/// Whether a trace file already holds one complete trace for each expected workload, written
+/// for this problem and solution as they are now: the file's chain verifies
+/// ([`kg_contract::chain`]) and every line's manifest records `problem_tree_sha256` and
+/// `solution_sha256`. Traces of an edited problem or solution, unchained (older) traces and
+/// traces that do not verify are not finished: they are evaluated again.
+pub fn is_finished(
+    path: &Path,
+    expected: &[&LoadedWorkload],
+    problem_tree_sha256: &str,
+    solution_sha256: &str,
+) -> bool {
+    let Ok(report) = kg_contract::chain::verify_file(path, &Default::default()) else {
+        return false;
+    };
+    if !report.ok() {
+        return false;
+    }
     let Ok(rows) = kg_contract::io::load_jsonl::<Trace>(path) else {
         return false;
     };
-    expected.iter().all(|w| {
-        rows.iter()
-            .any(|(_, t, _)| t.workload.uuid == w.workload.uuid && t.evaluation.is_some())
-    })
+    let current = rows.iter().all(|(_, t, _)| {
+        t.kernelgate_chain.as_ref().is_some_and(|c| {
+            c.manifest.problem_tree_sha256 == problem_tree_sha256
+                && c.manifest.solution_sha256 == solution_sha256
+        })
+    });
+    current
+        && expected.iter().all(|w| {
+            rows.iter()
+                .any(|(_, t, _)| t.workload.uuid == w.workload.uuid && t.evaluation.is_some())
+        })
 }
 
 /// `summary.json` of a run.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RunSummary {
-    /// Format version.
+    /// Format version (2: `chain` added; 1 still reads).
     pub schema_version: u32,
     /// The corpus evaluated.
     pub corpus: String,
@@ -190,6 +212,10 @@ pub struct RunSummary {
     /// Problems that could not be loaded, with the reason.
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub errors: IndexMap<String, String>,
+    /// Every trace file's chain head, sealed (signed with `--sign-key`): what
+    /// `kg-bench verify --summary` checks the files against (schema version 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain: Option<kg_contract::chain::RunChain>,
 }
 
 impl RunSummary {
@@ -231,11 +257,12 @@ pub fn summarize(
         }
     }
     RunSummary {
-        schema_version: 1,
+        schema_version: 2,
         corpus: corpus.display().to_string(),
         device: device.to_string(),
         totals,
         problems,
         errors,
+        chain: None,
     }
 }

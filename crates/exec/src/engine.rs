@@ -175,6 +175,18 @@ pub enum Event {
     Notice(String),
 }
 
+/// What [`Session::evaluate_sealed`] returns, once the candidate is gone.
+#[derive(Debug)]
+pub struct Evaluated {
+    /// One trace per workload finished, in order (all of them unless `error` is set).
+    pub traces: Vec<Trace>,
+    /// The problem directory's tree hash before the candidate started ([`kg_contract::tree`]):
+    /// what the traces were judged against.
+    pub problem_tree_sha256: String,
+    /// Why the evaluation stopped before its last workload (cancelled, the judge lost).
+    pub error: Option<ExecError>,
+}
+
 /// Errors that stop an evaluation (as opposed to statuses recorded in traces).
 #[derive(Debug, thiserror::Error)]
 pub enum ExecError {
@@ -220,6 +232,22 @@ pub enum ExecError {
     /// Cancelled (Ctrl-C / SIGTERM); workers were killed.
     #[error("cancelled")]
     Cancelled,
+    /// The problem directory could not be hashed before the candidate started (a file that
+    /// cannot be read, too many entries): its traces would record no tree hash.
+    #[error("{0}")]
+    ProblemTree(kg_contract::tree::TreeError),
+    /// The problem directory no longer matches the tree it was loaded from (a candidate of an
+    /// earlier evaluation, or someone else, changed it).
+    #[error(
+        "the problem directory `{}` changed since it was loaded ({files}); refusing to evaluate on it",
+        dir.display()
+    )]
+    ProblemChanged {
+        /// The problem directory.
+        dir: PathBuf,
+        /// What differs.
+        files: String,
+    },
 }
 
 /// Checks a solution's languages before anything runs.
@@ -1050,9 +1078,126 @@ impl Session {
     }
 
     /// Evaluates `sol` on the given workloads of `problem`, calling `on_event` as it goes.
+    /// See [`Session::evaluate_sealed`] for the traces to write down and the problem's hash.
     pub fn evaluate(
         &mut self,
         problem: &Problem,
+        sol: &Solution,
+        workloads: &[&LoadedWorkload],
+        on_event: &mut dyn FnMut(Event),
+    ) -> Result<Vec<Trace>, ExecError> {
+        let e = self.evaluate_sealed(problem, None, sol, workloads, on_event)?;
+        match e.error {
+            Some(err) => Err(err),
+            None => Ok(e.traces),
+        }
+    }
+
+    /// Evaluates `sol` like [`Session::evaluate`] and returns only once the candidate is gone
+    /// (shut down, or killed with its process group when the evaluation stopped early) and the
+    /// problem directory was hashed again after it: these traces are what to write down.
+    ///
+    /// The problem directory is hashed (content, [`kg_contract::tree`]) before the candidate
+    /// starts, after each workload (a change is that workload's REWARD_HACK) and after the
+    /// candidate is gone (a change then, e.g. from an exit handler, makes every trace of this
+    /// evaluation REWARD_HACK, naming the files). `pinned`: the tree the caller loaded the
+    /// problem from; a directory that no longer matches it is [`ExecError::ProblemChanged`]
+    /// before anything runs. `Err` only when nothing ran; an evaluation stopped part way
+    /// (cancelled, the judge lost) returns the traces it finished with the reason in
+    /// [`Evaluated::error`].
+    pub fn evaluate_sealed(
+        &mut self,
+        problem: &Problem,
+        pinned: Option<&integrity::DirSnapshot>,
+        sol: &Solution,
+        workloads: &[&LoadedWorkload],
+        on_event: &mut dyn FnMut(Event),
+    ) -> Result<Evaluated, ExecError> {
+        check_languages(sol)?;
+        if sol.definition != problem.definition.name {
+            return Err(ExecError::WrongDefinition {
+                solution: sol.name.clone(),
+                for_def: sol.definition.clone(),
+                def: problem.definition.name.clone(),
+            });
+        }
+        let before = integrity::snapshot_dir(&problem.dir);
+        let problem_tree_sha256 = before.sha256().map_err(ExecError::ProblemTree)?;
+        if let Some(p) = pinned {
+            let c = p.changes(&before);
+            if !c.is_empty() {
+                let mut files: Vec<String> = c
+                    .changed
+                    .iter()
+                    .chain(&c.added)
+                    .map(|f| f.display().to_string())
+                    .collect();
+                files.extend(c.incomplete);
+                return Err(ExecError::ProblemChanged {
+                    dir: problem.dir.clone(),
+                    files: files.join(", "),
+                });
+            }
+        }
+        let mut finished = Vec::new();
+        let result = self.evaluate_in(problem, &before, sol, workloads, &mut |e| {
+            if let Event::WorkloadFinished(t) = &e {
+                finished.push((**t).clone());
+            }
+            on_event(e);
+        });
+        // `evaluate_in` has returned: its candidate was shut down, or dropped on the way out
+        // (which kills its process group and every descendant found), so nothing it ran can
+        // still write; what it left in the problem directory is checked now.
+        let (mut traces, error) = match result {
+            Ok(t) => (t, None),
+            Err(e) => (finished, Some(e)),
+        };
+        let (added, changed) = integrity::dir_changes(&before, &problem.dir);
+        if !added.is_empty() || !changed.is_empty() {
+            integrity::remove_added(&problem.dir, &added);
+            let list = |v: &[PathBuf]| {
+                v.iter()
+                    .take(10)
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let mut msg = format!(
+                "the candidate wrote into the problem directory `{}` after its last workload was judged (e.g. from an exit handler or a thread)",
+                problem.dir.display()
+            );
+            if !added.is_empty() {
+                msg.push_str(&format!("; added (now removed): {}", list(&added)));
+            }
+            if !changed.is_empty() {
+                msg.push_str(&format!(
+                    "; changed or removed (NOT restored): {}",
+                    list(&changed)
+                ));
+            }
+            tracing::error!(dir = %problem.dir.display(), "{msg}");
+            for t in &mut traces {
+                if let Some(ev) = t.evaluation.as_mut() {
+                    ev.log = bounded_log(format!("{msg}\n{}", ev.log));
+                    ev.status = Status::RewardHack;
+                    ev.correctness = None;
+                    ev.performance = None;
+                }
+            }
+        }
+        Ok(Evaluated {
+            traces,
+            problem_tree_sha256,
+            error,
+        })
+    }
+
+    /// The evaluation loop of [`Session::evaluate_sealed`], against the snapshot `before`.
+    fn evaluate_in(
+        &mut self,
+        problem: &Problem,
+        before: &integrity::DirSnapshot,
         sol: &Solution,
         workloads: &[&LoadedWorkload],
         on_event: &mut dyn FnMut(Event),
@@ -1067,7 +1212,7 @@ impl Session {
         }
         let mut traces = Vec::new();
         // The candidate must not write the problem directory (planted modules, changed data).
-        let problem_snapshot = integrity::snapshot_dir(&problem.dir);
+        let problem_snapshot = before;
         let mut candidate: Option<Worker> = None;
         let mut startup_note: Option<String> = None;
         let mut compile_failure: Option<(Status, String)> = None;
@@ -1143,7 +1288,7 @@ impl Session {
                     }
                 }
             };
-            let outcome = guard_problem_dir(&problem.dir, &problem_snapshot, outcome);
+            let outcome = guard_problem_dir(&problem.dir, problem_snapshot, outcome);
             let outcome = match &self.opts.sol_floor {
                 Some(f) => f.check(&problem.definition.name, &w.workload.uuid, outcome),
                 None => outcome,
@@ -1170,11 +1315,7 @@ impl Session {
         if let Some(c) = candidate.take() {
             c.shutdown();
         }
-        let (added, _) = integrity::dir_changes(&problem_snapshot, &problem.dir);
-        if !added.is_empty() {
-            tracing::warn!(dir = %problem.dir.display(), ?added, "the candidate wrote into the problem directory at exit; removed what it added");
-            integrity::remove_added(&problem.dir, &added);
-        }
+        // The directory is checked again by `evaluate_sealed`, now that the candidate is gone.
         Ok(traces)
     }
 

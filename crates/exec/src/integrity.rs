@@ -298,57 +298,34 @@ mod tests {
     }
 }
 
-/// What a directory held: relative path -> (is a directory, length, modification time).
-pub type DirSnapshot =
-    std::collections::BTreeMap<std::path::PathBuf, (bool, u64, Option<std::time::SystemTime>)>;
+/// What a directory held: every entry by relative path, with the SHA-256 of every regular file
+/// ([`kg_contract::tree`]), so content rewritten with the old size and modification time is
+/// still a change.
+pub type DirSnapshot = kg_contract::tree::Tree;
 
-/// Records every entry under `root` (symlinks not followed; at most 100 000 entries, 32
-/// levels), to tell afterwards whether a candidate wrote into it.
+/// Records every entry under `root` and hashes its files (symlinks below it not followed; at
+/// most [`kg_contract::tree::MAX_ENTRIES`] entries and [`kg_contract::tree::MAX_DEPTH`]
+/// levels), to tell afterwards whether a candidate wrote into it. Its
+/// [`sha256`](kg_contract::tree::Tree::sha256) is the tree hash traces record.
 pub fn snapshot_dir(root: &std::path::Path) -> DirSnapshot {
-    let mut out = DirSnapshot::new();
-    let mut stack = vec![(root.to_path_buf(), 0usize)];
-    while let Some((dir, depth)) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            if out.len() >= 100_000 {
-                return out;
-            }
-            let p = e.path();
-            let Ok(m) = std::fs::symlink_metadata(&p) else {
-                continue;
-            };
-            let rel = p.strip_prefix(root).unwrap_or(&p).to_path_buf();
-            out.insert(rel, (m.is_dir(), m.len(), m.modified().ok()));
-            if m.is_dir() && depth < 32 {
-                stack.push((p, depth + 1));
-            }
-        }
-    }
-    out
+    kg_contract::tree::walk(root)
 }
 
-/// Entries added since `before`, and entries changed or removed (relative paths).
+/// Entries added since `before`, and entries changed or removed (relative paths). An entry
+/// that cannot be read now counts as changed; a walk that could not see the whole directory
+/// now (too many entries, too deep, unreadable) is reported as a changed entry naming why.
 pub fn dir_changes(
     before: &DirSnapshot,
     root: &std::path::Path,
 ) -> (Vec<std::path::PathBuf>, Vec<std::path::PathBuf>) {
-    let now = snapshot_dir(root);
-    let added = now
-        .keys()
-        .filter(|k| !before.contains_key(*k))
-        .cloned()
-        .collect();
-    let changed = before
-        .iter()
-        .filter(|(k, v)| match now.get(*k) {
-            None => true,
-            Some(n) => !v.0 && n != *v,
-        })
-        .map(|(k, _)| k.clone())
-        .collect();
-    (added, changed)
+    let c = before.changes(&snapshot_dir(root));
+    let mut changed = c.changed;
+    if let Some(why) = c.incomplete {
+        changed.push(std::path::PathBuf::from(format!(
+            "<the directory as a whole: {why}>"
+        )));
+    }
+    (c.added, changed)
 }
 
 /// Removes entries a candidate added under `root` (newly created files and directories).
@@ -391,5 +368,26 @@ mod dir_tests {
         let (added, _) = dir_changes(&snap, d.path());
         assert!(added.is_empty(), "{added:?}");
         assert!(d.path().join("definition.json").is_file());
+    }
+
+    #[test]
+    fn content_rewritten_with_the_old_size_and_mtime_is_a_change() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("workload.jsonl");
+        std::fs::write(&p, "{\"max_atol\":0.01}\n").unwrap();
+        let mtime = std::fs::metadata(&p).unwrap().modified().unwrap();
+        let snap = snapshot_dir(d.path());
+        std::fs::write(&p, "{\"max_atol\":9.99}\n").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        assert_eq!(std::fs::metadata(&p).unwrap().modified().unwrap(), mtime);
+        assert_eq!(
+            dir_changes(&snap, d.path()),
+            (vec![], vec![std::path::PathBuf::from("workload.jsonl")])
+        );
     }
 }

@@ -52,7 +52,7 @@ pub mod sandbox;
 pub mod scripts;
 
 pub use device::{DeviceChoice, DeviceRequest};
-pub use engine::{EvalOptions, Event, ExecError, Session, SolFloor, TimingChoice};
+pub use engine::{EvalOptions, Evaluated, Event, ExecError, Session, SolFloor, TimingChoice};
 pub use process::CancelToken;
 pub use python::{
     Interpreter, ProbeInfo, PythonRequest, find_python, find_python_env, find_python_in, probe,
