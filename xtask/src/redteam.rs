@@ -1177,17 +1177,18 @@ fn skip_reason(c: &Case, probe: &Probe) -> Option<String> {
     }
 }
 
-/// The interpreter kg-bench will use (its own rule: --python, $PYTHON_BIN, .venv, python3).
+/// The interpreter kg-bench will use: the one this runner passes as `--python` (ours, else
+/// `.venv/bin/python` where it exists), else kg-bench's own fallbacks (`$PYTHON_BIN`, python3).
 fn interpreter(root: &Path, opts: &Opts) -> PathBuf {
     if let Some(p) = &opts.python {
         return p.clone();
     }
-    if let Some(p) = std::env::var_os("PYTHON_BIN") {
-        return PathBuf::from(p);
-    }
     let venv = root.join(".venv/bin/python");
     if venv.is_file() {
         return venv;
+    }
+    if let Some(p) = std::env::var_os("PYTHON_BIN") {
+        return PathBuf::from(p);
     }
     PathBuf::from("python3")
 }
