@@ -403,6 +403,74 @@ struct Ctx {
     cache: PathBuf,
 }
 
+/// Where one case's kg-bench works.
+struct Paths<'a> {
+    problem: &'a Path,
+    traces: &'a Path,
+    cwd: &'a Path,
+    tmp: &'a Path,
+}
+
+/// The `kg-bench evaluate` command of one case: `-o` into the case's directory, the planted
+/// secrets, the marker, the run's cache, `--memory-limit` where the case asks and kg-bench can.
+fn kg_bench_command(
+    root: &Path,
+    opts: &Opts,
+    kg_bench: &Path,
+    c: &Case,
+    ctx: &Ctx,
+    at: &Paths<'_>,
+    marker: &str,
+) -> Command {
+    let timeout = c.timeout_s.unwrap_or(30);
+    let max_w = c.max_workloads.unwrap_or(2);
+    let mut cmd = Command::new(kg_bench);
+    cmd.arg("evaluate");
+    match &c.workloads {
+        Some(w) => {
+            cmd.arg("--definition")
+                .arg(at.problem.join("definition.json"))
+                .arg("--workload")
+                .arg(w);
+        }
+        None => {
+            cmd.arg(at.problem);
+        }
+    }
+    cmd.arg("--solution")
+        .arg(&c.solution)
+        .arg("-o")
+        .arg(at.traces)
+        .args(["--device", &opts.device, "--json"])
+        .args(["--max-workloads", &max_w.to_string()])
+        .args(["--rounds", "10", "--warmup", "2", "--iterations", "10"])
+        .args([
+            "--timeout",
+            &timeout.to_string(),
+            "--compile-timeout",
+            "180",
+        ]);
+    if let Some(p) = &opts.python {
+        cmd.arg("--python").arg(p);
+    } else {
+        let venv = root.join(".venv/bin/python");
+        if venv.is_file() {
+            cmd.arg("--python").arg(venv);
+        }
+    }
+    if let (Some(m), true) = (&c.memory_limit, ctx.probe.memory_limit) {
+        cmd.arg("--memory-limit").arg(m);
+    }
+    for (k, v) in &ctx.secrets {
+        cmd.env(k, v);
+    }
+    cmd.current_dir(at.cwd)
+        .env(MARKER_ENV, marker)
+        .env("TMPDIR", at.tmp)
+        .env("KG_CACHE_DIR", &ctx.cache);
+    cmd
+}
+
 fn run_case(
     root: &Path,
     opts: &Opts,
@@ -437,51 +505,21 @@ fn run_case(
     let timeout = c.timeout_s.unwrap_or(30);
     let max_w = c.max_workloads.unwrap_or(2);
     let marker = format!("{nonce}-{}", c.case);
-    let mut cmd = Command::new(kg_bench);
-    cmd.arg("evaluate");
-    match &c.workloads {
-        Some(w) => {
-            cmd.arg("--definition")
-                .arg(problem.join("definition.json"))
-                .arg("--workload")
-                .arg(w);
-        }
-        None => {
-            cmd.arg(&problem);
-        }
-    }
-    cmd.arg("--solution")
-        .arg(&c.solution)
-        .arg("-o")
-        .arg(&traces_file)
-        .args(["--device", &opts.device, "--json"])
-        .args(["--max-workloads", &max_w.to_string()])
-        .args(["--rounds", "10", "--warmup", "2", "--iterations", "10"])
-        .args([
-            "--timeout",
-            &timeout.to_string(),
-            "--compile-timeout",
-            "180",
-        ]);
-    if let Some(p) = &opts.python {
-        cmd.arg("--python").arg(p);
-    } else {
-        let venv = root.join(".venv/bin/python");
-        if venv.is_file() {
-            cmd.arg("--python").arg(venv);
-        }
-    }
-    if let (Some(m), true) = (&c.memory_limit, ctx.probe.memory_limit) {
-        cmd.arg("--memory-limit").arg(m);
-    }
-    for (k, v) in &ctx.secrets {
-        cmd.env(k, v);
-    }
-    cmd.current_dir(&cwd)
-        .env(MARKER_ENV, &marker)
-        .env("TMPDIR", &tmp)
-        .env("KG_CACHE_DIR", &ctx.cache)
-        .stdin(Stdio::null())
+    let mut cmd = kg_bench_command(
+        root,
+        opts,
+        kg_bench,
+        c,
+        ctx,
+        &Paths {
+            problem: &problem,
+            traces: &traces_file,
+            cwd: &cwd,
+            tmp: &tmp,
+        },
+        &marker,
+    );
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
@@ -2021,6 +2059,95 @@ mod tests {
             .is_some()
         );
         assert!(skip_reason(&case(None), &Probe::default()).is_none());
+    }
+
+    #[test]
+    fn kg_bench_gets_the_trace_file_the_secrets_the_cache_and_the_memory_limit() {
+        let opts = parse_args(&[]).unwrap();
+        let mut c = case(None);
+        c.memory_limit = Some("2G".into());
+        let mut ctx = Ctx {
+            probe: Probe {
+                verify: true,
+                memory_limit: true,
+            },
+            secrets: SECRET_VARS
+                .iter()
+                .map(|v| (v.to_string(), format!("kgrt{v}")))
+                .collect(),
+            site_dirs: vec![],
+            cache: PathBuf::from("/w/cache"),
+        };
+        let p = |s: &str| PathBuf::from(s);
+        let (problem, traces, cwd, tmp) = (
+            p("/w/c/problem/x"),
+            p("/w/c/traces.jsonl"),
+            p("/w/c/cwd"),
+            p("/w/c/tmp"),
+        );
+        let at = Paths {
+            problem: &problem,
+            traces: &traces,
+            cwd: &cwd,
+            tmp: &tmp,
+        };
+        let cmd = kg_bench_command(
+            Path::new("/nonexistent"),
+            &opts,
+            Path::new("kg-bench"),
+            &c,
+            &ctx,
+            &at,
+            "m",
+        );
+        let args: Vec<String> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let after = |flag: &str| {
+            args.iter()
+                .position(|a| a == flag)
+                .map(|i| args[i + 1].clone())
+        };
+        assert_eq!(
+            after("-o").as_deref(),
+            Some("/w/c/traces.jsonl"),
+            "{args:?}"
+        );
+        assert!(args.iter().any(|a| a == "--json"));
+        assert_eq!(after("--memory-limit").as_deref(), Some("2G"));
+        let envs: BTreeMap<String, String> = cmd
+            .get_envs()
+            .filter_map(|(k, v)| {
+                Some((
+                    k.to_string_lossy().into_owned(),
+                    v?.to_string_lossy().into_owned(),
+                ))
+            })
+            .collect();
+        for v in SECRET_VARS {
+            assert_eq!(
+                envs.get(v).map(String::as_str),
+                Some(format!("kgrt{v}").as_str())
+            );
+        }
+        assert_eq!(
+            envs.get("KG_CACHE_DIR").map(String::as_str),
+            Some("/w/cache")
+        );
+        assert_eq!(envs.get(MARKER_ENV).map(String::as_str), Some("m"));
+        // No --memory-limit where kg-bench lacks it (the case is skipped there anyway).
+        ctx.probe.memory_limit = false;
+        let cmd = kg_bench_command(
+            Path::new("/nonexistent"),
+            &opts,
+            Path::new("kg-bench"),
+            &c,
+            &ctx,
+            &at,
+            "m",
+        );
+        assert!(!cmd.get_args().any(|a| a == "--memory-limit"));
     }
 
     #[test]
