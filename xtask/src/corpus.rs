@@ -1,7 +1,8 @@
 //! The bundled corpus end to end, as a user runs it: `kg-bench dataset validate`, then `kg-bench
 //! run` with every problem's own reference and with the bundled solutions, and then every trace
 //! read back: exactly one per workload of every problem and solution, each PASSED, on the device
-//! asked for, and `summary.json` agreeing with the traces. `cargo xtask test` runs it on the CPU
+//! asked for, and `summary.json` agreeing with the traces; then `kg-bench verify` over every
+//! trace file the run wrote (chains, seals, recorded heads, each problem's tree hash). `cargo xtask test` runs it on the CPU
 //! (Triton through its interpreter); `cargo xtask quickstart` on the best device there is.
 
 use std::collections::BTreeMap;
@@ -92,6 +93,24 @@ pub fn run_and_check(
                     problems[0]
                 ));
             }
+        }
+        // Every trace file the run wrote: each line's chain and seal, each file against the head
+        // summary.json records, and each problem's tree hash as it is now.
+        let summary = dir.join("summary.json");
+        crate::step(&format!(
+            "kg-bench verify --summary {} --corpus {}",
+            summary.display(),
+            corpus.display()
+        ));
+        if let Err(e) = crate::sh(
+            Command::new(bench)
+                .arg("verify")
+                .arg("--summary")
+                .arg(&summary)
+                .arg("--corpus")
+                .arg(corpus),
+        ) {
+            failed.push(format!("{set}: the traces do not verify: {e:#}"));
         }
     }
     if !failed.is_empty() {
