@@ -130,7 +130,34 @@ pub fn verify(a: VerifyArgs) -> anyhow::Result<i32> {
             }
         );
     }
+    if !ok {
+        // The verdicts are data (stdout); say on stderr too that it failed, and where first.
+        let first = run
+            .iter()
+            .flat_map(|r| {
+                r.findings
+                    .iter()
+                    .map(move |f| format!("{}: {}", r.summary.display(), f.message))
+            })
+            .chain(
+                run.iter()
+                    .flat_map(|r| r.files.iter())
+                    .chain(files.iter())
+                    .flat_map(|f| f.findings.iter().map(move |x| location(f, x))),
+            )
+            .next()
+            .unwrap_or_default();
+        eprintln!("error: the traces do not verify; first: {first}");
+    }
     Ok(if ok { exit::OK } else { exit::FAILED })
+}
+
+/// `FILE:LINE: message` (or `FILE: message`).
+fn location(f: &FileReport, x: &chain::Finding) -> String {
+    match x.line {
+        Some(l) => format!("{}:{l}: {}", f.path.display(), x.message),
+        None => format!("{}: {}", f.path.display(), x.message),
+    }
 }
 
 fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
@@ -162,10 +189,7 @@ fn print_file(f: &FileReport) {
         return;
     }
     for x in &f.findings {
-        match x.line {
-            Some(l) => println!("FAILED  {}:{l}: {}", f.path.display(), x.message),
-            None => println!("FAILED  {}: {}", f.path.display(), x.message),
-        }
+        println!("FAILED  {}", location(f, x));
     }
 }
 

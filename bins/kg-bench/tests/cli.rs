@@ -1015,3 +1015,102 @@ fn concurrent_evaluations_appending_to_one_file_lose_nothing() {
     assert!(r.ok(), "{:?}", r.findings);
     assert_eq!(r.lines, runs * 2);
 }
+
+/// A candidate that changes the problem directory as it is shut down (a SIGTERM handler; an
+/// `atexit` one too), after its last workload was judged: every trace of it is REWARD_HACK, and
+/// `run` refuses the next solution of that problem, whose directory no longer matches.
+#[test]
+fn a_problem_changed_at_candidate_exit_fails_its_traces_and_stops_that_problem() {
+    let Some(py) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tmp.path().join("corpus");
+    std::fs::create_dir_all(&corpus).unwrap();
+    let problem = corpus.join("add");
+    let st = Command::new("cp")
+        .arg("-r")
+        .arg(fixtures().join("corpus/add"))
+        .arg(&problem)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    std::fs::remove_dir_all(problem.join("solutions")).unwrap();
+    std::fs::create_dir(problem.join("solutions")).unwrap();
+    let honest: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("corpus/add/solutions/passed_pytorch_dps.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let mut late = honest.clone();
+    late["name"] = "a_tamper_at_exit".into();
+    late["sources"][0]["content"] = format!(
+        r#"import atexit, os, signal, torch
+
+WL = {wl:?}
+
+def _tamper(*_):
+    t = open(WL).read()
+    # Same size: only the content changes.
+    open(WL, "w").write(t.replace('"random"', '"RANDOM"', 1))
+    os._exit(0)
+
+signal.signal(signal.SIGTERM, _tamper)
+atexit.register(_tamper)
+
+def run(x, y, out):
+    torch.add(x, y, alpha=2, out=out)
+"#,
+        wl = problem.join("workload.jsonl").display().to_string()
+    )
+    .into();
+    let mut second = honest.clone();
+    second["name"] = "b_honest".into();
+    for (n, v) in [("a.json", &late), ("b.json", &second)] {
+        std::fs::write(problem.join("solutions").join(n), v.to_string()).unwrap();
+    }
+    let before = std::fs::read_to_string(problem.join("workload.jsonl")).unwrap();
+    let out = tmp.path().join("out");
+    let o = kg(&py, tmp.path())
+        .args(["run"])
+        .arg(&corpus)
+        .args(["--solutions", "bundled", "--no-sandbox", "-o"])
+        .arg(&out)
+        .args(FAST)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "stderr: {}", stderr(&o));
+    let after = std::fs::read_to_string(problem.join("workload.jsonl")).unwrap();
+    assert_ne!(after, before, "the candidate's exit handler did not run");
+    assert_eq!(after.len(), before.len());
+    let t = traces_in(&out.join("kg_fixture_add/a_tamper_at_exit.jsonl"));
+    assert_eq!(t.len(), 2);
+    for t in &t {
+        let e = t.evaluation.as_ref().unwrap();
+        assert_eq!(e.status, Status::RewardHack, "{}", e.log);
+        assert!(
+            e.log.contains("after its last workload was judged"),
+            "{}",
+            e.log
+        );
+        assert!(e.log.contains("workload.jsonl"), "{}", e.log);
+    }
+    // The next solution of the tampered problem never ran.
+    assert!(!out.join("kg_fixture_add/b_honest.jsonl").exists());
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let why = summary["errors"]["kg_fixture_add"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(why.contains("changed since it was loaded"), "{summary}");
+    // What was written still verifies against the summary's heads.
+    let v = verify(
+        &py,
+        tmp.path(),
+        &["--summary".as_ref(), out.join("summary.json").as_os_str()],
+    );
+    assert_eq!(
+        v.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&v.stdout)
+    );
+}
