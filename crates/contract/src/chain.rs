@@ -573,7 +573,7 @@ fn seal_batch(
 }
 
 /// Writes `traces` (one evaluation, one batch) to `path` under the sidecar lock (module docs).
-/// Writes nothing for an empty slice. [`WriteMode::Append`] refuses a file that does not
+/// Writes (and creates) nothing for an empty slice. [`WriteMode::Append`] refuses a file that does not
 /// verify (without a trusted key): appending would seal a chain that is already broken.
 pub fn write_traces(
     path: &Path,
@@ -582,6 +582,17 @@ pub fn write_traces(
     signer: Option<&TraceSigner>,
     mode: WriteMode,
 ) -> Result<Written, ChainError> {
+    if traces.is_empty() {
+        // Nothing to vouch for: no file, no lock file, no directory is created.
+        let head = file_head(path)?.unwrap_or(ChainHead {
+            lines: 0,
+            sha256: String::new(),
+        });
+        return Ok(Written {
+            traces: Vec::new(),
+            head,
+        });
+    }
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(io_err("create", dir))?;
     }
@@ -589,9 +600,7 @@ pub fn write_traces(
     match mode {
         WriteMode::Replace => {
             let (text, traces, head) = seal_batch(traces, manifest, None, signer)?;
-            if !traces.is_empty() {
-                crate::io::write_atomic(path, text.as_bytes())?;
-            }
+            crate::io::write_atomic(path, text.as_bytes())?;
             Ok(Written { traces, head })
         }
         WriteMode::Append => {
@@ -616,12 +625,6 @@ pub fn write_traces(
                 report.head
             };
             let (text, traces, new_head) = seal_batch(traces, manifest, head.as_ref(), signer)?;
-            if traces.is_empty() {
-                return Ok(Written {
-                    traces,
-                    head: head.unwrap_or(new_head),
-                });
-            }
             // One write of whole lines with O_APPEND, then fsync: readers never see a torn
             // line unless the machine dies mid-write (the verifier then names it).
             f.write_all(text.as_bytes())
@@ -645,6 +648,10 @@ pub fn write_traces(
 /// The head of a trace file as it stands (lines and the SHA-256 of the last); `None` when it
 /// is missing or empty. Reads under the lock, so it never sees half an append.
 pub fn file_head(path: &Path) -> Result<Option<ChainHead>, ChainError> {
+    // A file never written has no head (and gets no lock file, nor needs its directory).
+    if !path.exists() {
+        return Ok(None);
+    }
     let _lock = lock(path)?;
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
@@ -1706,6 +1713,15 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_batch_creates_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("sub/t.jsonl");
+        let w = write_traces(&p, &[], &manifest("t"), None, WriteMode::Append).unwrap();
+        assert_eq!(w.head.lines, 0);
+        assert!(!p.parent().unwrap().exists());
+    }
+
+    #[test]
     fn concurrent_writers_lose_nothing_and_keep_the_chain() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("t.jsonl");
@@ -1734,8 +1750,12 @@ mod tests {
     fn a_run_chain_records_heads_and_catches_a_cut_batch_and_an_edit() {
         let (_k, s, public) = signer();
         let (d, p) = chain_file(Some(&s));
-        let rc = RunChain::seal(d.path(), "r1", std::slice::from_ref(&p), Some(&s)).unwrap();
+        // A file the run never wrote (its directory neither) is left out.
+        let never = d.path().join("never/written.jsonl");
+        let rc = RunChain::seal(d.path(), "r1", &[p.clone(), never.clone()], Some(&s)).unwrap();
         assert_eq!(rc.heads["t.jsonl"].lines, 5);
+        assert_eq!(rc.heads.len(), 1);
+        assert!(!never.parent().unwrap().exists());
         let summary = d.path().join("summary.json");
         let doc = serde_json::json!({"schema_version": 2, "chain": rc});
         std::fs::write(&summary, serde_json::to_string_pretty(&doc).unwrap()).unwrap();
