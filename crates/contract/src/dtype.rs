@@ -119,6 +119,35 @@ impl DType {
         (elements * u64::from(self.bits())).div_ceil(8)
     }
 
+    /// The largest finite magnitude of a floating-point type (`None` for integers and bool):
+    /// a scalar input beyond it is no longer finite once the reference computes in this type.
+    pub fn max_finite(self) -> Option<f64> {
+        match self {
+            DType::Float64 => Some(f64::MAX),
+            DType::Float32 => Some(f64::from(f32::MAX)),
+            DType::Float16 => Some(65504.0),
+            DType::Bfloat16 => Some(3.389_531_389_251_535_5e38),
+            DType::Float8E4m3fn => Some(448.0),
+            DType::Float8E5m2 | DType::Float8E5m2fnuz => Some(57344.0),
+            DType::Float8E4m3fnuz => Some(240.0),
+            DType::Float4E2m1 | DType::Float4E2m1fnX2 => Some(6.0),
+            _ => None,
+        }
+    }
+
+    /// The inclusive range of an integer type or bool (`None` for floating-point types).
+    pub fn int_range(self) -> Option<(i64, i64)> {
+        match self {
+            DType::Int64 => Some((i64::MIN, i64::MAX)),
+            DType::Int32 => Some((i32::MIN.into(), i32::MAX.into())),
+            DType::Int16 => Some((i16::MIN.into(), i16::MAX.into())),
+            DType::Int8 => Some((i8::MIN.into(), i8::MAX.into())),
+            DType::Uint8 => Some((0, u8::MAX.into())),
+            DType::Bool => Some((0, 1)),
+            _ => None,
+        }
+    }
+
     /// Whether this is a floating-point type.
     pub fn is_float(self) -> bool {
         !matches!(
@@ -158,5 +187,15 @@ mod tests {
         assert_eq!(DType::Float64.bytes_for(2), 16);
         assert!(!DType::Bool.is_float());
         assert!(DType::Float8E5m2.is_float());
+    }
+
+    #[test]
+    fn ranges_cover_every_type_once() {
+        for d in DType::ALL {
+            assert_ne!(d.max_finite().is_some(), d.int_range().is_some(), "{d}");
+            assert_eq!(d.max_finite().is_some(), d.is_float(), "{d}");
+        }
+        assert_eq!(DType::Float32.max_finite(), Some(3.4028234663852886e38));
+        assert_eq!(DType::Uint8.int_range(), Some((0, 255)));
     }
 }

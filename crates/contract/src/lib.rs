@@ -49,7 +49,7 @@ pub use trace::{
     ClockState, Correctness, DeviceIdentity, Environment, Evaluation, NullableError, Performance,
     Spread, Status, TimingMethod, Trace, load_traces,
 };
-pub use workload::{InputSpec, ScalarValue, Tolerance, Workload};
+pub use workload::{InputSpec, MAX_TOLERANCE, ScalarValue, Tolerance, Workload};
 
 /// Process exit codes shared by the binaries.
 pub mod exit {

@@ -288,18 +288,44 @@ pub fn check_workload(
             ));
         }
     }
-    let tol = w.tolerance();
-    if !(tol.max_atol >= 0.0 && tol.max_rtol >= 0.0) {
-        return Err(at("tolerance".into(), "atol and rtol must be >= 0".into()));
+    // Every numeric field is checked here, at load, so that no value the judge cannot compute
+    // with (an infinite tolerance, an element count past int64, an eps past float32) reaches it.
+    if let Err((field, message)) = w.tolerance().check() {
+        return Err(at(format!("tolerance.{field}"), message));
     }
-    if !(0.0..=1.0).contains(&tol.required_matched_ratio) {
-        return Err(at(
-            "tolerance.required_matched_ratio".into(),
-            format!(
-                "is {}; expected a fraction in [0, 1]",
-                tol.required_matched_ratio
-            ),
-        ));
+    for (name, spec) in &def.inputs {
+        if let Some(InputSpec::Scalar { value }) = w.inputs.get(name)
+            && let Err(message) = value.check_for(spec.dtype)
+        {
+            return Err(at(format!("inputs.{name}.value"), message));
+        }
+    }
+    for (kind, specs, shapes) in [
+        ("inputs", &def.inputs, &resolved.inputs),
+        ("outputs", &def.outputs, &resolved.outputs),
+    ] {
+        for (name, spec) in specs {
+            let Some(Some(dims)) = shapes.get(name) else {
+                continue;
+            };
+            let elements = dims
+                .iter()
+                .try_fold(1i64, |n, &d| n.checked_mul(d))
+                .filter(|&n| {
+                    u64::try_from(n)
+                        .ok()
+                        .and_then(|n| n.checked_mul(u64::from(spec.dtype.bits())))
+                        .is_some()
+                });
+            if elements.is_none() {
+                return Err(at(
+                    format!("{kind}.{name}.shape"),
+                    format!(
+                        "resolves to {dims:?}, whose element count (or size in bits) does not fit in 64 bits; expected smaller axes"
+                    ),
+                ));
+            }
+        }
     }
     Ok(resolved)
 }

@@ -84,6 +84,13 @@ fn default_ratio() -> f64 {
     DEFAULT_MATCHED_RATIO
 }
 
+/// The largest `max_atol`, `max_rtol` and `max_error_cap` a workload may set. A tolerance this
+/// large already accepts any output of ordinary magnitude, so anything above it is a typo or an
+/// attack; the bound also keeps the judge's float32 arithmetic finite (`atol + rtol * |ref|`
+/// and `diff / max(|ref|, atol)`: a tolerance of 1e300 is `inf` in float32, and `inf * 0` made
+/// even the reference fail against itself).
+pub const MAX_TOLERANCE: f64 = 1e6;
+
 /// Per-workload correctness bounds, with the upstream defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Tolerance {
@@ -102,6 +109,78 @@ pub struct Tolerance {
     /// Treat `-inf` in the same place in output and reference as a match.
     #[serde(default)]
     pub allow_negative_inf: bool,
+}
+
+impl Tolerance {
+    /// Checks every numeric field against its allowed range: `Err((field, message))` naming the
+    /// field (relative to `tolerance`) and the range.
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        let bounded = |field: &'static str, v: f64| {
+            if v.is_finite() && (0.0..=MAX_TOLERANCE).contains(&v) {
+                Ok(())
+            } else {
+                Err((
+                    field,
+                    format!(
+                        "is {v:e}; expected a finite number in [0, {MAX_TOLERANCE:e}] (kg_contract::MAX_TOLERANCE)"
+                    ),
+                ))
+            }
+        };
+        bounded("max_atol", self.max_atol)?;
+        bounded("max_rtol", self.max_rtol)?;
+        if let Some(cap) = self.max_error_cap {
+            bounded("max_error_cap", cap)?;
+        }
+        if !(0.0..=1.0).contains(&self.required_matched_ratio) {
+            return Err((
+                "required_matched_ratio",
+                format!(
+                    "is {}; expected a fraction in [0, 1]",
+                    self.required_matched_ratio
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl ScalarValue {
+    /// Checks that the value is representable in `dtype` (the declared type of its input):
+    /// within a float type's finite range, or an integral value within an integer type's
+    /// range (a bool is 0 or 1 and fits every type).
+    pub fn check_for(&self, dtype: crate::DType) -> Result<(), String> {
+        let v = match *self {
+            ScalarValue::Bool(_) => return Ok(()),
+            ScalarValue::Int(i) => i as f64,
+            ScalarValue::Float(f) => f,
+        };
+        if !v.is_finite() {
+            return Err(format!("is {v}; expected a finite number"));
+        }
+        if let Some(max) = dtype.max_finite() {
+            if v.abs() > max {
+                return Err(format!(
+                    "is {v:e}, beyond the largest finite {dtype} ({max:e}); expected a value in [-{max:e}, {max:e}]"
+                ));
+            }
+            return Ok(());
+        }
+        if let Some((lo, hi)) = dtype.int_range() {
+            let fits = match *self {
+                ScalarValue::Int(i) => (lo..=hi).contains(&i),
+                // An integral float within range (`1.0` for an int): compared as f64, exact
+                // for every bound but i64's, where the float is at most 2^63 anyway.
+                _ => v.fract() == 0.0 && v >= lo as f64 && v <= hi as f64,
+            };
+            if !fits {
+                return Err(format!(
+                    "is {v}; expected an integer in [{lo}, {hi}] for {dtype}"
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Default for Tolerance {
@@ -134,5 +213,73 @@ impl Workload {
     /// The effective tolerance (the workload's, else the defaults).
     pub fn tolerance(&self) -> Tolerance {
         self.tolerance.unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DType;
+
+    #[test]
+    fn tolerances_are_finite_non_negative_and_bounded() {
+        assert!(Tolerance::default().check().is_ok());
+        let with = |f: &dyn Fn(&mut Tolerance)| {
+            let mut t = Tolerance::default();
+            f(&mut t);
+            t.check()
+        };
+        assert!(with(&|t| t.max_atol = 0.0).is_ok());
+        assert!(with(&|t| t.max_atol = MAX_TOLERANCE).is_ok());
+        for (bad, field) in [
+            (with(&|t| t.max_atol = 1e300), "max_atol"),
+            (with(&|t| t.max_atol = f64::INFINITY), "max_atol"),
+            (with(&|t| t.max_atol = f64::NAN), "max_atol"),
+            (with(&|t| t.max_rtol = -1e-9), "max_rtol"),
+            (with(&|t| t.max_rtol = MAX_TOLERANCE * 2.0), "max_rtol"),
+            (with(&|t| t.max_error_cap = Some(-1.0)), "max_error_cap"),
+            (
+                with(&|t| t.max_error_cap = Some(f64::INFINITY)),
+                "max_error_cap",
+            ),
+            (
+                with(&|t| t.required_matched_ratio = 1.0001),
+                "required_matched_ratio",
+            ),
+            (
+                with(&|t| t.required_matched_ratio = f64::NAN),
+                "required_matched_ratio",
+            ),
+        ] {
+            let (f, msg) = bad.unwrap_err();
+            assert_eq!(f, field, "{msg}");
+        }
+    }
+
+    #[test]
+    fn scalars_must_be_representable_in_their_dtype() {
+        use ScalarValue::{Bool, Float, Int};
+        assert!(Float(1e-6).check_for(DType::Float32).is_ok());
+        assert!(Float(3.0e38).check_for(DType::Float32).is_ok());
+        assert!(Float(1e39).check_for(DType::Float32).is_err());
+        assert!(Float(1e39).check_for(DType::Float64).is_ok());
+        assert!(Float(65504.0).check_for(DType::Float16).is_ok());
+        assert!(Float(-70000.0).check_for(DType::Float16).is_err());
+        assert!(Float(f64::INFINITY).check_for(DType::Float64).is_err());
+        assert!(Int(300).check_for(DType::Float8E4m3fn).is_ok());
+        assert!(Int(500).check_for(DType::Float8E4m3fn).is_err());
+        assert!(Int(127).check_for(DType::Int8).is_ok());
+        assert!(Int(128).check_for(DType::Int8).is_err());
+        assert!(Int(-1).check_for(DType::Uint8).is_err());
+        assert!(Int(i64::MAX).check_for(DType::Int64).is_ok());
+        assert!(Int(1 << 40).check_for(DType::Int32).is_err());
+        assert!(Float(4.0).check_for(DType::Int64).is_ok());
+        assert!(Float(4.5).check_for(DType::Int64).is_err());
+        assert!(Float(1e30).check_for(DType::Int64).is_err());
+        assert!(Bool(true).check_for(DType::Bool).is_ok());
+        assert!(Int(1).check_for(DType::Bool).is_ok());
+        assert!(Int(2).check_for(DType::Bool).is_err());
+        let msg = Float(1e39).check_for(DType::Bfloat16).unwrap_err();
+        assert!(msg.contains("largest finite bfloat16"), "{msg}");
     }
 }

@@ -103,6 +103,49 @@ fn workload_errors_name_file_line_and_field() {
             "tolerance.max_atol",
             "invalid type: string \"1e-2\", expected f64",
         ),
+        // Numeric fields are checked against their ranges at load.
+        (
+            "atol_huge",
+            2,
+            "tolerance.max_atol",
+            "is 1e300; expected a finite number in [0, 1e6]",
+        ),
+        (
+            "atol_out_of_range",
+            2,
+            "tolerance.max_atol",
+            "number out of range",
+        ),
+        (
+            "rtol_negative",
+            2,
+            "tolerance.max_rtol",
+            "is -1e-2; expected a finite number in [0, 1e6]",
+        ),
+        (
+            "error_cap_huge",
+            2,
+            "tolerance.max_error_cap",
+            "is 1e7; expected a finite number in [0, 1e6]",
+        ),
+        (
+            "ratio_negative",
+            2,
+            "tolerance.required_matched_ratio",
+            "is -0.5; expected a fraction in [0, 1]",
+        ),
+        (
+            "scalar_beyond_dtype",
+            2,
+            "inputs.eps.value",
+            "beyond the largest finite float32",
+        ),
+        (
+            "elements_overflow",
+            2,
+            "inputs.x.shape",
+            "does not fit in 64 bits",
+        ),
     ];
     for &(case, line, field, fragment) in cases {
         let (err, wl) = workload_err("small", case);
