@@ -6,7 +6,7 @@
 # bundled (bundled Triton solutions only), release (issue 5: `xtask release` of problems/core on
 # the H200 and `score official`; XTASK names the carried xtask binary, TIMING=events times both runs by events), redteam (issue 8; CASES
 # and TAG select and name a subset), sandbox (what the host allows + one sandboxed GPU run),
-# overhead (bundled corpus, one workload a problem, with and without --no-sandbox), diag (matmul
+# overhead (bundled corpus, one workload a problem, with and without --no-sandbox; ROUNDS alternations, default 2), diag (matmul
 # with CUPTI, events and --no-sandbox, rmsnorm Triton launches, ncu, clocks and throttling),
 # modes (the matmul in bare processes with its inputs held four ways: matmul_modes.py),
 # repro (criteria (a) and (b) only: 5 CUPTI runs of each benchmark kernel, then ncu, the add's
@@ -75,8 +75,12 @@ fi
 if [ "$PART" = sandbox ]; then
   # What this host allows, and one sandboxed GPU evaluation (its isolation line is in the traces).
   { id; uname -r; for ns in -n -m -Urn; do unshare $ns true 2>&1 && echo "unshare $ns: ok" || echo "unshare $ns: refused"; done
-    cat /proc/sys/kernel/yama/ptrace_scope 2>&1; } > "$OUT/r/host.txt" 2>&1
+    cat /proc/sys/kernel/yama/ptrace_scope 2>&1; ls -l /dev/nvidia* 2>&1; cat /proc/self/status | grep -E '^(Cap|Seccomp|NoNewPrivs)';
+    mount | grep -E ' /(tmp|dev/shm|sys/fs/cgroup) ' ; cat /sys/fs/cgroup/cgroup.controllers 2>&1; python3 -c 'import sys; print(sys.executable, sys.prefix)'; } > "$OUT/r/host.txt" 2>&1
   log sandbox-eval; run_t "$OUT/r/sandbox-eval.txt" $KG evaluate problems/core/rmsnorm_bf16_qwen2_5_0_5b --solution problems/core/rmsnorm_bf16_qwen2_5_0_5b/solutions/triton_rows.json --device cuda:0 --max-workloads 2 -o "$OUT/r/sandbox-eval.jsonl"
+  # Large outputs (the device-memory hand-over) and CUPTI inside the sandbox, every layer required.
+  log sandbox-require; run_t "$OUT/r/sandbox-require.txt" $KG evaluate problems/core/bmm_bf16_qwen2_5_0_5b_attn_scores --solution reference --device cuda:0 --require-sandbox -o "$OUT/r/sandbox-require.jsonl"
+  $KG verify "$OUT/r/sandbox-require.jsonl" --problem problems/core/bmm_bf16_qwen2_5_0_5b_attn_scores > "$OUT/r/sandbox-verify.txt" 2>&1; echo "verify exit $?" >> "$OUT/r/sandbox-verify.txt"
 fi
 if [ "$PART" = diag ]; then
   # Session 4's open questions, side by side in one call: why the 4096^3 matmul read 206-264 us
@@ -114,7 +118,7 @@ if [ "$PART" = cupti ]; then
 fi
 if [ "$PART" = overhead ]; then
   # Corpus wall time with and without the optional defence (the candidate sandbox), alternated.
-  for i in 1 2; do for mode in on off; do log "overhead $mode $i"
+  for i in $(seq 1 ${ROUNDS:-2}); do for mode in on off; do log "overhead $mode $i"
     flag=; [ $mode = off ] && flag=--no-sandbox
     run_t "$OUT/r/overhead-$mode-$i.txt" $KG run problems/core --solutions bundled --device cuda:0 --max-workloads 1 $flag -o "$OUT/r/overhead-$mode-$i"; done; done
 fi

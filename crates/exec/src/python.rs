@@ -255,23 +255,94 @@ pub fn find_python_in(
     }
 }
 
-/// What a sandboxed worker needs to see of an interpreter: the executable to start (its
-/// `sys.executable`, so a launcher script such as a pyenv shim, which needs more than the
-/// interpreter, is not in the way) and every directory it reads at start-up and import time
-/// (its prefixes and `sys.path`).
+/// How the workers start an interpreter: `-I -S -B`, so no start-up code of its site
+/// directories (`.pth` import lines, `sitecustomize`, `usercustomize`) ever runs in a judge or
+/// a candidate — a file planted there by one run cannot act in a later one — with the import
+/// path the site module would have built handed over explicitly ([`InterpreterPaths::sys_path`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InterpreterPaths {
-    /// `sys.executable`.
+    /// `sys.executable` (a launcher script such as a pyenv shim, which needs more than the
+    /// interpreter to run, is not in the way).
     pub executable: PathBuf,
-    /// Prefixes and `sys.path` entries that exist, deduplicated.
+    /// The import path: the interpreter's own, its site-packages and the directories their
+    /// `.pth` files name (their path lines only; nothing is executed).
+    pub sys_path: Vec<String>,
+    /// Directories a sandboxed worker must be able to read: prefixes and the import path.
     pub read: Vec<PathBuf>,
+    /// Start-up code found and not run: `.pth` files with import lines, `sitecustomize` and
+    /// `usercustomize` modules.
+    pub startup_code: Vec<PathBuf>,
 }
 
-/// Asks `python` (`-I`, so the same path the workers get) for its [`InterpreterPaths`].
+/// The query behind [`sandbox_paths`]: run with `-I -S`, so it executes nothing from the
+/// site directories while it reads them.
+const PATHS_QUERY: &str = r##"
+import json, os, site, sys
+paths = [p for p in sys.path if p]
+code = []
+# Without the site module a virtual environment is not entered: find its pyvenv.cfg as
+# site.venv() does (beside the executable or one directory up).
+exe_dir = os.path.dirname(sys.executable)
+venv = next((d for d in (exe_dir, os.path.dirname(exe_dir))
+             if os.path.isfile(os.path.join(d, "pyvenv.cfg"))), None)
+dirs = site.getsitepackages()
+if venv is not None:
+    system = False
+    for line in open(os.path.join(venv, "pyvenv.cfg"), encoding="utf-8", errors="replace"):
+        k, _, v = line.partition("=")
+        if k.strip().lower() == "include-system-site-packages":
+            system = v.strip().lower() == "true"
+    # A virtual environment's own layout (site.getsitepackages would name the base's, e.g.
+    # Debian's dist-packages, since without the site module sys.prefix is the base).
+    ver = "python%d.%d" % sys.version_info[:2]
+    own = []
+    for lib in ("lib", "lib64"):
+        d = os.path.join(venv, lib, ver, "site-packages")
+        if os.path.isdir(d) and os.path.realpath(d) not in [os.path.realpath(x) for x in own]:
+            own.append(d)
+    dirs = own + (dirs if system else [])
+for d in dirs:
+    if not os.path.isdir(d):
+        continue
+    if d not in paths:
+        paths.append(d)
+    for name in sorted(os.listdir(d)):
+        if not name.endswith(".pth"):
+            continue
+        full = os.path.join(d, name)
+        for line in open(full, encoding="utf-8", errors="replace"):
+            line = line.rstrip()
+            if not line or line.startswith("#"):
+                continue
+            if line.startswith(("import ", "import	")):
+                code.append(full)
+                continue
+            p = os.path.join(d, line)
+            if os.path.isdir(p) and p not in paths:
+                paths.append(p)
+for d in paths:
+    for m in ("sitecustomize", "usercustomize"):
+        for f in (m + ".py", os.path.join(m, "__init__.py")):
+            if os.path.isfile(os.path.join(d, f)):
+                code.append(os.path.join(d, f))
+prefixes = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+            os.path.dirname(os.path.realpath(sys.executable))] + ([venv] if venv else [])
+print(json.dumps({"executable": sys.executable, "sys_path": paths, "prefixes": prefixes,
+                  "startup_code": sorted(set(code))}))
+"##;
+
+#[derive(Deserialize)]
+struct PathsReply {
+    executable: PathBuf,
+    sys_path: Vec<String>,
+    prefixes: Vec<PathBuf>,
+    startup_code: Vec<PathBuf>,
+}
+
+/// Asks `python` (`-I -S`, as the workers run) for its [`InterpreterPaths`].
 pub fn sandbox_paths(python: &Path) -> Result<InterpreterPaths, PythonError> {
-    let code = "import json, os, sys; print(json.dumps([sys.executable, [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, os.path.dirname(os.path.realpath(sys.executable))] + sys.path]))";
     let mut cmd = Command::new(python);
-    cmd.arg("-I").arg("-B").arg("-c").arg(code);
+    cmd.arg("-I").arg("-S").arg("-B").arg("-c").arg(PATHS_QUERY);
     let err = |message: String| PythonError::Probe {
         path: python.to_path_buf(),
         message,
@@ -279,7 +350,7 @@ pub fn sandbox_paths(python: &Path) -> Result<InterpreterPaths, PythonError> {
     let out = crate::process::output_with_timeout(cmd, Duration::from_secs(60))
         .map_err(|e| err(format!("failed to start it: {e}")))?;
     let text = String::from_utf8_lossy(&out.stdout);
-    let (exe, dirs): (PathBuf, Vec<PathBuf>) = text
+    let reply: PathsReply = text
         .lines()
         .rev()
         .find_map(|l| serde_json::from_str(l).ok())
@@ -290,8 +361,14 @@ pub fn sandbox_paths(python: &Path) -> Result<InterpreterPaths, PythonError> {
             ))
         })?;
     let mut read: Vec<PathBuf> = Vec::new();
+    let dirs = reply
+        .prefixes
+        .iter()
+        .cloned()
+        .chain(reply.sys_path.iter().map(PathBuf::from));
     for d in dirs {
-        // sys.path holds zip files and entries that do not exist; a bind needs a real path.
+        // The import path holds zip files and entries that do not exist; a bind needs a real
+        // path.
         if let Ok(c) = d.canonicalize()
             && !read.contains(&c)
         {
@@ -299,8 +376,10 @@ pub fn sandbox_paths(python: &Path) -> Result<InterpreterPaths, PythonError> {
         }
     }
     Ok(InterpreterPaths {
-        executable: exe,
+        executable: reply.executable,
+        sys_path: reply.sys_path,
         read,
+        startup_code: reply.startup_code,
     })
 }
 
@@ -376,6 +455,51 @@ pub fn probe(interp: &Interpreter) -> Result<ProbeInfo, PythonError> {
 
 #[cfg(test)]
 mod tests {
+
+    /// A virtual environment's import path without its site module: its own site-packages and
+    /// the directories its `.pth` files name, while the `.pth` import line is reported, not
+    /// run (its side effect never happens).
+    #[test]
+    fn sandbox_paths_read_a_venv_without_running_its_start_up_code() {
+        let d = tempfile::tempdir().unwrap();
+        let venv = d.path().join("venv");
+        let st = Command::new("python3")
+            .args(["-m", "venv", "--without-pip"])
+            .arg(&venv)
+            .status()
+            .expect("python3 with the venv module is needed for this test (CI has it)");
+        assert!(st.success());
+        let python = venv.join("bin/python");
+        let site = std::fs::read_dir(venv.join("lib"))
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path()
+            .join("site-packages");
+        let extra = d.path().join("extra");
+        std::fs::create_dir(&extra).unwrap();
+        let marker = d.path().join("ran");
+        std::fs::write(
+            site.join("zz_test.pth"),
+            format!(
+                "{}\nimport os; open({:?}, 'w').close()\n",
+                extra.display(),
+                marker.display().to_string()
+            ),
+        )
+        .unwrap();
+        let p = sandbox_paths(&python).unwrap();
+        assert!(p.sys_path.contains(&site.display().to_string()), "{p:?}");
+        assert!(p.sys_path.contains(&extra.display().to_string()), "{p:?}");
+        assert!(
+            p.startup_code.iter().any(|f| f.ends_with("zz_test.pth")),
+            "{p:?}"
+        );
+        assert!(!marker.exists(), "the .pth import line ran");
+        assert!(p.read.contains(&site.canonicalize().unwrap()));
+    }
+
     use super::*;
 
     #[test]

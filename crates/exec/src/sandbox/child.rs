@@ -230,6 +230,18 @@ fn build_view(m: &mut MountPlan) {
         // SAFETY: closing our own descriptor.
         unsafe { libc::close(b.fd) };
     }
+    for t in m.tmpfs.iter().filter(|t| t.read_only) {
+        if !setattr(t.path.as_c_str(), false, MOUNT_ATTR_RDONLY, 0) {
+            remount(
+                t.path.as_c_str(),
+                libc::MS_REMOUNT
+                    | libc::MS_BIND
+                    | libc::MS_RDONLY
+                    | libc::MS_NOSUID
+                    | libc::MS_NODEV,
+            );
+        }
+    }
     if let Some(cwd) = &m.cwd {
         // SAFETY: raw system call on a NUL-terminated path.
         unsafe { libc::chdir(cwd.as_ptr()) };

@@ -144,9 +144,15 @@ impl Sandbox {
         }
     }
 
-    /// The uid/gid the worker will run as, where it changes (we are root).
+    /// The uid/gid the worker will run as, where it changes: we are root, and both ids exist
+    /// in our user namespace (a rootless container often maps only its own root; the worker
+    /// then keeps uid 0 of that namespace, and the report says so).
     pub fn drops_to(&self) -> Option<(u32, u32)> {
-        self.user.filter(|_| rustix::process::geteuid().is_root())
+        self.user.filter(|&(uid, gid)| {
+            rustix::process::geteuid().is_root()
+                && id_mapped("/proc/self/uid_map", uid)
+                && id_mapped("/proc/self/gid_map", gid)
+        })
     }
 
     /// What [`observe`] compares the running worker against.
@@ -216,6 +222,25 @@ impl Sandbox {
             });
         }
     }
+}
+
+/// Whether `id` falls in a range of the id map at `path` (`inside outside count` lines); true
+/// where the map cannot be read (no user namespaces: every id exists).
+fn id_mapped(path: &str, id: u32) -> bool {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return true;
+    };
+    map_contains(&text, id)
+}
+
+fn map_contains(text: &str, id: u32) -> bool {
+    text.lines().any(|l| {
+        let f: Vec<u64> = l
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        matches!(f.as_slice(), [inside, _, count] if (*inside..inside + count).contains(&u64::from(id)))
+    })
 }
 
 /// Gives `path` and everything below it to `uid`/`gid` (symlinks themselves, not targets).

@@ -35,6 +35,9 @@ pub(crate) struct Tmpfs {
     pub path: CString,
     /// Mount data, e.g. `mode=1777,size=1073741824`.
     pub data: CString,
+    /// Made read-only once the mount points of the binds inside it exist (a mask; the
+    /// private temp dirs stay writable).
+    pub read_only: bool,
 }
 
 /// Everything the child needs to build the view.
@@ -125,7 +128,11 @@ pub(crate) fn plan(
         if let (Some(path), Ok(data)) =
             (cstr(t), CString::new(format!("mode=1777,size={tmp_bytes}")))
         {
-            tmpfs.push(Tmpfs { path, data });
+            tmpfs.push(Tmpfs {
+                path,
+                data,
+                read_only: false,
+            });
         }
     }
     for m in &masks {
@@ -133,6 +140,7 @@ pub(crate) fn plan(
             tmpfs.push(Tmpfs {
                 path,
                 data: c"mode=0755,size=1m".to_owned(),
+                read_only: true,
             });
         }
     }
@@ -340,7 +348,7 @@ mod tests {
         std::fs::create_dir_all(&scratch).unwrap();
         let p = plan(
             &[lib.clone(), open.clone()],
-            &[scratch.clone()],
+            std::slice::from_ref(&scratch),
             &[],
             1 << 20,
             None,

@@ -13,7 +13,8 @@
 /// One classic-BPF instruction (`struct sock_filter`).
 pub(crate) type Insn = libc::sock_filter;
 
-const BPF_LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
+/// BPF_LD | BPF_W | BPF_ABS (the first two are 0).
+const BPF_LD_W_ABS: u16 = 0x20;
 const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
 const BPF_JMP_JGE_K: u16 = 0x05 | 0x30;
 const BPF_JMP_JSET_K: u16 = 0x05 | 0x40;

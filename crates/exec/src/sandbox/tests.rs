@@ -183,3 +183,17 @@ fn paths_under_a_directory_the_sandbox_uid_cannot_search_stay_readable() {
     assert!(text.lines().any(|l| l == "ok"), "{text}");
     assert!(text.lines().any(|l| l == "secret hidden"), "{text}");
 }
+
+#[test]
+fn only_mapped_ids_are_dropped_to() {
+    assert!(map_contains(
+        "         0          0 4294967295\n",
+        SANDBOX_UID
+    ));
+    // A rootless container that maps its root alone.
+    assert!(!map_contains(
+        "         0       1000          1\n",
+        SANDBOX_UID
+    ));
+    assert!(map_contains("0 1000 1\n1 100000 65536\n", SANDBOX_UID));
+}
