@@ -25,6 +25,8 @@ use super::plan::MountPlan;
 /// What the child does, prepared by the parent.
 #[derive(Debug)]
 pub(crate) struct ChildPlan {
+    /// `cgroup.procs` of the worker's own cgroup, or -1.
+    pub cgroup_procs: i32,
     pub limits: Limits,
     pub no_network: bool,
     pub pid_namespace: bool,
@@ -101,6 +103,12 @@ fn write_file(path: &CStr, data: &[u8]) -> bool {
 
 /// The whole child side; returns normally (the caller then execs), whatever failed.
 pub(crate) fn confine(p: &mut ChildPlan) {
+    if p.cgroup_procs >= 0 {
+        // "0" moves the writer itself; its children (the worker, after the PID-namespace
+        // fork) are born in it.
+        // SAFETY: a raw write of two bytes of static data to a descriptor the parent opened.
+        unsafe { libc::write(p.cgroup_procs, b"0".as_ptr().cast(), 1) };
+    }
     set_limits(&p.limits);
     let mut in_pid_ns = false;
     if let Some((uid_map, gid_map)) = &p.userns {

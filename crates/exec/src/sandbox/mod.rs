@@ -20,6 +20,7 @@
 //! `set*id` have no safe form (and so is [`inherit_fd`], which the worker channels need).
 #![allow(unsafe_code)]
 
+pub mod cgroup;
 mod child;
 mod observe;
 mod plan;
@@ -91,6 +92,9 @@ pub struct Sandbox {
     pub no_privileges: bool,
     /// Install the seccomp filter.
     pub seccomp: bool,
+    /// Also limit memory (`limits.data_bytes`) and processes (`limits.processes`) through a
+    /// cgroup v2 of its own, where the host delegates one ([`cgroup`]).
+    pub cgroup: bool,
 }
 
 /// Bytes of memory a candidate process may use by default: half the host's.
@@ -141,6 +145,7 @@ impl Sandbox {
             user: Some((SANDBOX_UID, SANDBOX_UID)),
             no_privileges: true,
             seccomp: true,
+            cgroup: true,
         }
     }
 
@@ -155,8 +160,9 @@ impl Sandbox {
         })
     }
 
-    /// What [`observe`] compares the running worker against.
-    pub fn expected(&self) -> Expected {
+    /// What [`observe`] compares the running worker against (`cgroup`: what [`Sandbox::apply`]
+    /// returned).
+    pub fn expected(&self, cgroup: Option<&cgroup::Cgroup>) -> Expected {
         let canon = |p: &PathBuf| p.canonicalize().unwrap_or_else(|_| p.clone());
         Expected {
             write: self
@@ -169,12 +175,14 @@ impl Sandbox {
                 .as_ref()
                 .map(|v| v.private_tmp.iter().map(canon).collect())
                 .unwrap_or_default(),
+            cgroup: cgroup.map(|c| c.dir().to_path_buf()),
         }
     }
 
     /// Arranges for `cmd`'s child to be confined before it runs its program. Where the worker
-    /// changes uid, its writable paths are handed to that uid first.
-    pub fn apply(&self, cmd: &mut Command) {
+    /// changes uid, its writable paths are handed to that uid first. Returns the worker's
+    /// cgroup, where one was made: keep it until the worker's processes are dead.
+    pub fn apply(&self, cmd: &mut Command) -> Option<cgroup::Cgroup> {
         let drop_to = self.drops_to();
         if let (Some((uid, gid)), Some(v)) = (drop_to, &self.view) {
             for w in &v.write {
@@ -203,7 +211,24 @@ impl Sandbox {
                 drop_to,
             )
         });
+        let cg = self.cgroup.then(|| {
+            static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let name = format!(
+                "kg-{}-{}",
+                std::process::id(),
+                N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            );
+            cgroup::create(
+                &name,
+                self.limits.data_bytes.unwrap_or(u64::MAX),
+                self.limits.processes.unwrap_or(4096),
+            )
+            .map_err(|why| tracing::debug!("no cgroup for the worker: {why}"))
+            .ok()
+        });
+        let cg = cg.flatten();
         let mut p = child::ChildPlan {
+            cgroup_procs: cg.as_ref().map_or(-1, cgroup::Cgroup::procs_fd),
             limits: self.limits,
             no_network: self.no_network,
             pid_namespace: self.pid_namespace,
@@ -221,6 +246,7 @@ impl Sandbox {
                 Ok(())
             });
         }
+        cg
     }
 }
 

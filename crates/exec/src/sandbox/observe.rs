@@ -15,6 +15,8 @@ pub struct Expected {
     pub write: Vec<PathBuf>,
     /// Private tmpfs mount points.
     pub private_tmp: Vec<PathBuf>,
+    /// The cgroup made for it, if one was.
+    pub cgroup: Option<PathBuf>,
 }
 
 /// The worker process: the relay's child where a PID namespace took effect, else `pid` itself.
@@ -211,12 +213,22 @@ pub fn observe(pid: u32, want: &Expected) -> Option<IsolationReport> {
 
     let finite = |row: &str| soft_limit(&limits, row).filter(|v| v != "unlimited");
     let data = finite("Max data size");
+    let cg = want
+        .cgroup
+        .as_deref()
+        .and_then(|d| super::cgroup::holds(worker, d));
     push(
         Layer::MemoryLimit,
-        data.is_some(),
-        data.map_or("no data-size limit".into(), |v| {
-            format!("RLIMIT_DATA {v} bytes")
-        }),
+        data.is_some() || cg.is_some(),
+        match (cg, data) {
+            (Some(m), _) => {
+                format!("cgroup v2 memory.max {m} bytes for all its processes, no swap")
+            }
+            (None, Some(v)) => {
+                format!("RLIMIT_DATA {v} bytes per process (no cgroup v2 delegated)")
+            }
+            (None, None) => "no memory limit".into(),
+        },
     );
     let nproc = finite("Max processes");
     push(

@@ -32,6 +32,7 @@ fn bare() -> Sandbox {
         user: None,
         no_privileges: false,
         seccomp: false,
+        cgroup: false,
     }
 }
 
@@ -44,7 +45,7 @@ fn a_signal_death_is_mirrored_through_the_relay() {
     let mut cmd = Command::new("sh");
     cmd.arg("-c").arg("echo ready; exec sleep 30");
     cmd.stdout(std::process::Stdio::piped());
-    sb.apply(&mut cmd);
+    let _cg = sb.apply(&mut cmd);
     let mut child = cmd.spawn().unwrap();
     let mut first = [0u8; 6];
     child.stdout.take().unwrap().read_exact(&mut first).unwrap();
@@ -100,10 +101,10 @@ fn every_layer_holds_in_a_real_child() {
     cmd.arg("sh").arg(&ro_dir).arg(&scratch).arg(&marker);
     cmd.stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped());
-    sb.apply(&mut cmd);
+    let _cg = sb.apply(&mut cmd);
     let mut child = cmd.spawn().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(400));
-    let seen = observe(child.id(), &sb.expected()).unwrap();
+    let seen = observe(child.id(), &sb.expected(_cg.as_ref())).unwrap();
     drop(child.stdin.take());
     let out = child.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -176,7 +177,7 @@ fn paths_under_a_directory_the_sandbox_uid_cannot_search_stay_readable() {
             .arg("sh")
             .arg(&lib)
             .arg(&secret);
-        sb.apply(&mut cmd);
+        let _cg = sb.apply(&mut cmd);
         cmd.output().unwrap()
     };
     let text = String::from_utf8_lossy(&out.stdout);
