@@ -206,6 +206,13 @@ fn every_fixture_gets_its_status_and_the_run_continues() {
             .contains("kernel exploded on purpose")
     );
     assert!(seen["add/hang"].log.contains("--timeout"));
+    let forged = &seen["add/forge_extra_samples"].log;
+    assert!(
+        forged.contains("timing samples not bound to the timed calls"),
+        "{forged}"
+    );
+    let flood = &seen["add/flood_socket"].log;
+    assert!(flood.contains("per-message bound of"), "{flood}");
     let plant = &seen["add/plant_in_problem_dir"].log;
     if ran_read_only(plant) {
         assert!(plant.contains("could not plant numpy.py"), "{plant}");
@@ -400,6 +407,8 @@ fn candidate_environment_is_allow_listed() {
         c.env("TRITON_KGTEST_VISIBLE", "1");
         if secret {
             c.env("KGTEST_SECRET_TOKEN", "hunter2");
+            // No `KG_*` wildcard: kernelgate's own prefix is no pass for a planted secret.
+            c.env("KG_SECRET_TOKEN", "hunter3");
         }
         c.args(["evaluate"])
             .arg(fixtures().join("corpus/add"))
@@ -411,13 +420,53 @@ fn candidate_environment_is_allow_listed() {
             .unwrap()
     };
     let o = run(true);
-    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
     let printed: Vec<Trace> = serde_json::from_slice(&o.stdout).unwrap();
-    assert!(printed.iter().all(|t| {
-        t.evaluation
-            .as_ref()
-            .is_some_and(|e| e.status == Status::Passed)
-    }));
+    for t in &printed {
+        let e = t.evaluation.as_ref().unwrap();
+        assert_eq!(e.status, Status::Passed, "{}", e.log);
+    }
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+}
+
+/// A numeric field out of its range (a tolerance of 1e300 broke even the reference) is a load
+/// error naming file, line, field and range: `evaluate` refuses (exit 2), `dataset validate`
+/// lists the problem as bad (exit 1).
+#[test]
+fn numeric_fields_out_of_range_are_refused_at_load() {
+    let Some(py) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tmp.path().join("corpus");
+    let p = corpus.join("huge_atol");
+    std::fs::create_dir_all(&p).unwrap();
+    std::fs::copy(
+        fixtures().join("corpus/add/definition.json"),
+        p.join("definition.json"),
+    )
+    .unwrap();
+    std::fs::write(
+        p.join("workload.jsonl"),
+        "{\"uuid\": \"a\", \"axes\": {\"n\": 8}, \"inputs\": {\"x\": {\"type\": \"random\"}, \"y\": {\"type\": \"random\"}}, \"tolerance\": {\"max_atol\": 1e300}}\n",
+    )
+    .unwrap();
+    let want = "line 1 field `tolerance.max_atol`: is 1e300; expected a finite number in [0, 1e6]";
+    let o = kg(&py, tmp.path())
+        .args(["evaluate"])
+        .arg(&p)
+        .arg("--solution")
+        .arg(fixtures().join("corpus/add/solutions/passed_pytorch_dps.json"))
+        .args(FAST)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "stderr: {}", stderr(&o));
+    assert!(stderr(&o).contains(want), "{}", stderr(&o));
+    let o = kg(&py, tmp.path())
+        .args(["dataset", "validate", "--device", "cpu"])
+        .arg(&corpus)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "stderr: {}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("BAD") && out.contains(want), "{out}");
 }
 
 /// The sandbox prevents what the snapshot check only detects: with it, the planted module is

@@ -1,8 +1,11 @@
 """Shared helpers of the kernelgate judge and candidate workers (embedded in kg-exec).
 
-Protocol: the Rust parent listens on a Unix socket in a private temp dir and passes its path
-as argv[1]. The worker connects, then reads one JSON request per line and answers each with
-one JSON line: {"result": "ok", ...} or {"result": "error", "kind": ..., "message": ...}.
+Protocol: the Rust parent hands the worker one end of a socketpair, inherited under the
+descriptor number in argv[1] (no filesystem path: nothing another process could bind or connect
+to). The worker first sends {"ready": true}, then reads one JSON request per line and answers
+each with one JSON line: {"result": "ok", ...} or {"result": "error", "kind": ..., "message": ...},
+after any number of asides ({"aside": true, "op": "timed_key", "index": i}, each answered by one
+line). The parent parses this envelope strictly and bounds every message (kg-exec's protocol.rs).
 Nothing is ever parsed from stdout/stderr: those are captured as the log. A second socket,
 inherited under the number in $KG_FD_CHANNEL, carries file descriptors only (device memory
 pools, kgvmm), one per one-byte message.
@@ -93,16 +96,19 @@ FD_CHANNEL_ENV = "KG_FD_CHANNEL"
 
 
 class Channel:
-    """JSON-lines over the Unix socket handed to us by the parent."""
+    """JSON-lines over the socket the parent handed down as descriptor `fd`."""
 
-    def __init__(self, path):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(path)
+    def __init__(self, fd):
+        self.sock = socket.socket(fileno=int(fd))
+        # Ours alone: nothing this worker starts inherits it.
+        self.sock.set_inheritable(False)
         self.rfile = self.sock.makefile("rb")
         # The second socket the parent handed down at start: file descriptors only
         # (kgvmm pools), one per one-byte message.
         fd = os.environ.pop(FD_CHANNEL_ENV, "")
         self.fds = socket.socket(fileno=int(fd)) if fd.isdigit() else None
+        if self.fds is not None:
+            self.fds.set_inheritable(False)
 
     def send_fd(self, fd):
         """Sends descriptor `fd` (still ours to close) to the parent."""
@@ -415,21 +421,38 @@ def json_safe(obj):
     return obj
 
 
+# Characters of an error's message and of its traceback sent at most (head and tail): the parent
+# bounds every message (kg-exec's protocol.rs ERROR_TEXT_LIMIT), and a compiler's whole output or
+# a deep recursion must not push a legitimate error past it.
+ERROR_TEXT_LIMIT = 32 * 1024
+
+
+def clip_text(text, limit=ERROR_TEXT_LIMIT):
+    """`text` (a str) if it is short enough, else its head and tail with a marker between."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[... {len(text) - 2 * half} characters dropped ...]\n{text[-half:]}"
+
+
 def error_reply(kind, message, tb=None):
-    r = {"result": "error", "kind": kind, "message": message}
+    r = {"result": "error", "kind": kind, "message": clip_text(message)}
     if tb:
-        r["traceback"] = tb
+        r["traceback"] = clip_text(tb)
     return r
 
 
 def serve(handlers):
-    """Runs the request loop: dispatches on `op`, answers every request once."""
-    if len(sys.argv) < 2:
-        sys.stderr.write("usage: worker.py SOCKET_PATH [PARENT_PID]\n")
+    """Runs the request loop: says it is ready, then dispatches on `op`, answers every request
+    once."""
+    if len(sys.argv) < 2 or not sys.argv[1].isdigit():
+        sys.stderr.write("usage: worker.py CHANNEL_FD [PARENT_PID]\n")
         sys.exit(2)
     start_parent_watchdog()
-    chan = Channel(sys.argv[1])
+    chan = Channel(int(sys.argv[1]))
     CHANNEL.append(chan)
+    chan.send({"ready": True})
     while True:
         try:
             req = chan.recv()
@@ -644,6 +667,9 @@ def _time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, 
       host time, capped below the spin) is measured the same way and subtracted.
     cuda_graph: the call captured once in a CUDA graph (several unrolled launches), replayed;
       per-launch time. No L2 flush: for launch-bound kernels only.
+    notes["timed_index"] gets, per sample, the index of the argument set its call used (set 0 for
+    every graph replay): the parent requires one sample per timed set whose key it handed out,
+    sets 0..n-1 in order, so samples added from inside a call are caught.
     Returns (times_ms list, notes dict).
     """
     import torch
@@ -657,6 +683,7 @@ def _time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, 
             if budget_s is not None and time.perf_counter() - t_start > budget_s / 4:
                 break
         times = []
+        index = []
         t_start = time.perf_counter()
         for i in range(iterations):
             args = arg_sets[i % n]
@@ -664,11 +691,13 @@ def _time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, 
             r = call(args)
             _sync(dev)
             times.append((time.perf_counter() - t0) * 1e3)
+            index.append(i % n)
             if after is not None:
                 after(args, r)
             del r
             if budget_s is not None and len(times) >= 3 and time.perf_counter() - t_start > budget_s:
                 break
+        notes["timed_index"] = index
         return times, notes
 
     with torch.cuda.device(dev):
@@ -699,6 +728,7 @@ def _time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, 
                 b.synchronize()
                 times.append(a.elapsed_time(b) / unroll)
             notes["graph_unroll"] = unroll
+            notes["timed_index"] = [0] * len(times)
             return times, notes
 
         # device_event_sync
@@ -841,6 +871,7 @@ def _time_calls(call, arg_sets, dev, warmup, iterations, method, budget_s=None, 
                                "cupti_parse": round((time.perf_counter() - t5) * 1e3, 3),
                                "pre_median": med(cost["pre"]), "post_median": med(cost["post"])}
         del flush
+        notes["timed_index"] = [i % n for i in range(len(raw))]
         return [max(t - overhead, 0.0) for t in raw], notes
 
 

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use crate::device::DeviceChoice;
 use crate::integrity;
 use crate::process::{CancelToken, Worker, WorkerError, WorkerSpec, tail};
+use crate::protocol::{Aside, AsideReply, Bounds};
 use crate::python::Interpreter;
 use crate::sandbox::Sandbox;
 use crate::scripts;
@@ -655,7 +656,13 @@ impl Session {
             script: scripts::dir(self.dir.path()).join(script),
             cwd: cwd.to_path_buf(),
             env: self.worker_env(),
-            socket_dir: self.dir.path().to_path_buf(),
+            // The candidate's replies grow with the timed calls and rounds asked for; the
+            // judge is trusted (no candidate reaches its channel) and gets the safety net.
+            bounds: if label == "candidate" {
+                Bounds::for_run(self.opts.iterations, self.opts.rounds)
+            } else {
+                Bounds::TRUSTED
+            },
             label: label.to_string(),
             sandbox: None,
         }
@@ -756,6 +763,34 @@ impl Session {
         self.judge_reply(r)
     }
 
+    /// [`Session::judge_request`] for the reference's timing: also returns how many timed-set
+    /// asides the judge made (one per sealed set it opened, in order), or why they were out of
+    /// order.
+    fn judge_timing_request(
+        &mut self,
+        req: &Value,
+        deadline: Instant,
+    ) -> (Result<Value, JudgeFail>, Result<usize, String>) {
+        let Some(j) = self.judge.as_mut() else {
+            return (Err(JudgeFail::Other("judge not running".into())), Ok(0));
+        };
+        let mut served = 0usize;
+        let mut order = None;
+        let mut count = |a: &Aside| {
+            let Aside::TimedKey { index } = *a;
+            if index != served as u64 {
+                order.get_or_insert(format!(
+                    "the judge opened timed set {index} when set {served} was due"
+                ));
+            }
+            served += 1;
+            AsideReply::Ack
+        };
+        let r = j.request_with(req, deadline, &self.cancel, &mut count);
+        let keys = order.map_or(Ok(served), Err);
+        (self.judge_reply(r), keys)
+    }
+
     /// [`Session::judge_request`] on another thread while `other` runs on this one (the
     /// candidate's half of a correctness batch), so the two workers' untimed work overlaps.
     /// Returns the judge's reply, how long the judge took, and what `other` returned.
@@ -840,7 +875,7 @@ impl Session {
     ) -> Result<Value, WorkerError> {
         // The judge's only aside: the reference's timed calls make the same per-call round trip
         // to us as the candidate's key requests, so both sides are timed alike.
-        let mut echo = |_: &Value| json!({"result": "ok"});
+        let mut echo = |_: &Aside| AsideReply::Ack;
         j.request_with(req, deadline, cancel, &mut echo)
     }
 
@@ -1354,7 +1389,7 @@ impl Session {
         cand: &mut Worker,
         req: &Value,
         deadline: Instant,
-        on_aside: &mut dyn FnMut(&Value) -> Value,
+        on_aside: &mut dyn FnMut(&Aside) -> AsideReply,
     ) -> Result<Result<Value, Outcome>, ExecError> {
         match cand.request_with(req, deadline, &self.cancel, on_aside) {
             Ok(r) if reply_ok(&r) => Ok(Ok(r)),
@@ -1662,14 +1697,39 @@ impl Session {
             "budget_s": budget, "clones": clones, "spin_us": tr.get("spin_us"),
         });
         let t_ref = Instant::now();
-        let rr = match self.judge_request(&rreq, deadline) {
+        let (rr, ref_keys) = self.judge_timing_request(&rreq, deadline);
+        let rr = match rr {
             Ok(r) if reply_ok(&r) => r,
             Ok(r) => return Ok(Outcome::fail(Status::InvalidReference, reply_message(&r))),
             Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
             Err(JudgeFail::Other(m)) => return Ok(Outcome::fail(Status::InvalidReference, m)),
         };
         let ref_s = t_ref.elapsed().as_secs_f64();
-        let ref_events = times_of(&rr);
+        // The trusted judge's samples are held to the same binding (cheap, and a harness bug
+        // would otherwise skew every speedup): one per set it opened, or per clone call.
+        let ref_rule = match ref_keys {
+            Err(why) => Err(why),
+            Ok(served) if method_name == "cuda_graph" => Ok(integrity::SampleRule::GraphReplays {
+                calls: iterations.max(1) as usize,
+                served,
+            }),
+            Ok(0) => Ok(integrity::SampleRule::Unsealed {
+                calls: iterations.max(1) as usize,
+                sets: clones,
+            }),
+            Ok(served) => Ok(integrity::SampleRule::OnePerKey { served }),
+        };
+        let ref_events = match ref_rule.and_then(|rule| integrity::bound_samples(&rr, rule)) {
+            Ok(t) => t,
+            Err(why) => {
+                return Ok(Outcome::fail(
+                    Status::InvalidReference,
+                    format!(
+                        "harness: the judge's reference timing is not bound to its timed calls: {why}"
+                    ),
+                ));
+            }
+        };
         // What each worker reported, for the log (before CUPTI spans may replace them).
         let (cand_sum_ms, ref_sum_ms) = (
             cand_events.iter().sum::<f64>(),
@@ -1777,6 +1837,7 @@ impl Session {
             let mut notes = v.get("notes").cloned().unwrap_or(Value::Null);
             if let Some(o) = notes.as_object_mut() {
                 o.remove("cupti_ms");
+                o.remove("timed_index");
                 if !o.is_empty() {
                     log.push_str(&format!("timing notes ({who}): {notes}\n"));
                 }
@@ -2155,7 +2216,28 @@ impl Session {
         if let Some(m) = tr.get("reward_hack").and_then(Value::as_str) {
             return Ok(Timed::fail(Status::RewardHack, m.to_string()));
         }
-        let times = times_of(&tr);
+        let graph = method_name == "cuda_graph";
+        // One sample per timed call we handed a key out for, each naming its set: samples a
+        // candidate adds to the harness's list from inside a call are caught here.
+        let rule = if graph {
+            integrity::SampleRule::GraphReplays {
+                calls: (self.opts.iterations.max(1) as usize).min(keys.len()),
+                served: keys.served(),
+            }
+        } else {
+            integrity::SampleRule::OnePerKey {
+                served: keys.served(),
+            }
+        };
+        let times = match integrity::bound_samples(&tr, rule) {
+            Ok(t) => t,
+            Err(why) => {
+                return Ok(Timed::fail(
+                    Status::RewardHack,
+                    format!("timing samples not bound to the timed calls: {why}"),
+                ));
+            }
+        };
         if times.is_empty() {
             return Ok(Timed::fail(
                 Status::RuntimeError,
@@ -2163,7 +2245,6 @@ impl Session {
             ));
         }
         // A CUDA graph replays `graph_unroll` launches (our harness: 10) per reported sample.
-        let graph = method_name == "cuda_graph";
         let reported_ms: f64 = times.iter().sum::<f64>() * if graph { 10.0 } else { 1.0 };
         // The dual clock is decided once the reference has been timed: its own unexplained
         // batch time widens the allowance (`dual_clock_after_reference`).

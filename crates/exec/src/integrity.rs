@@ -3,6 +3,9 @@
 //! time around the same timed batch). See `docs/integrity.md`.
 
 use kg_contract::Spread;
+use serde_json::Value;
+
+use crate::protocol::{Aside, AsideReply};
 
 /// Bytes of timed input sets the judge may generate per workload on the CPU.
 pub const TIMED_INPUT_BUDGET_CPU: u64 = 192 << 20;
@@ -53,31 +56,168 @@ impl TimedKeys {
         }
     }
 
-    /// The reply to one aside.
-    pub fn answer(&mut self, aside: &serde_json::Value) -> serde_json::Value {
-        let op = aside.get("op").and_then(serde_json::Value::as_str);
-        let index = aside.get("index").and_then(serde_json::Value::as_u64);
-        let why = match (op, index) {
-            (Some("timed_key"), Some(i))
-                if i as usize == self.next && self.next < self.keys.len() =>
-            {
-                self.next += 1;
-                return serde_json::json!({"key": self.keys[i as usize]});
-            }
-            (Some("timed_key"), Some(i)) => format!(
-                "the candidate asked for the key of timed input set {i} when set {} was due (each key is handed out once, in order, as its call starts)",
-                self.next
-            ),
-            _ => format!("the candidate sent an unexpected aside while timed: {aside}"),
+    /// The reply to one aside: the key asked for if it is the one due, else a refusal (and the
+    /// violation recorded).
+    pub fn answer(&mut self, aside: &Aside) -> AsideReply {
+        let Aside::TimedKey { index } = *aside;
+        let due = self.next;
+        if usize::try_from(index).is_ok_and(|i| i == due) && due < self.keys.len() {
+            self.next += 1;
+            return AsideReply::Key(self.keys[due].clone());
+        }
+        let why = if due >= self.keys.len() {
+            format!(
+                "the candidate asked for the key of timed input set {index} after all {} keys were handed out (each key is handed out once, in order, as its call starts)",
+                self.keys.len()
+            )
+        } else {
+            format!(
+                "the candidate asked for the key of timed input set {index} when set {due} was due (each key is handed out once, in order, as its call starts)"
+            )
         };
         self.violation.get_or_insert(why.clone());
-        serde_json::json!({"error": why})
+        AsideReply::Refused(why)
+    }
+
+    /// How many keys were handed out (sets 0..served).
+    pub fn served(&self) -> usize {
+        self.next
+    }
+
+    /// How many timed sets there are.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Whether there are no timed sets.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
     }
 
     /// The judge's sealing time of the sets handed out (decrypting costs the same).
     pub fn seal_ms_served(&self) -> f64 {
         self.seal_ms.iter().take(self.next).sum()
     }
+}
+
+/// What the samples of a timing reply must be bound to: the timed calls the parent knows ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SampleRule {
+    /// One sample per timed set whose key was handed out, for sets `0..served` in order (the
+    /// candidate's timed calls, and the reference's when its sets are sealed too).
+    OnePerKey {
+        /// Keys handed out.
+        served: usize,
+    },
+    /// A CUDA graph: exactly `calls` replays of set 0, whose key alone (at most) was handed out.
+    GraphReplays {
+        /// Replays asked for.
+        calls: usize,
+        /// Keys handed out.
+        served: usize,
+    },
+    /// The reference on clones of one input set (no keys): at most `calls` samples, each naming
+    /// a clone below `sets`.
+    Unsealed {
+        /// Calls asked for.
+        calls: usize,
+        /// Clones there are.
+        sets: usize,
+    },
+}
+
+/// The per-call times (ms) of a timing reply, once they are shown to be bound to the timed
+/// calls that ran: `times_ms` (finite, >= 0), one `notes.timed_index` entry per sample naming
+/// the set its call used, as `rule` requires, and, where present, one `notes.cupti_ms` span
+/// per sample. `Err(why)` otherwise: a candidate then added, dropped or reordered samples
+/// (REWARD_HACK); samples appended from inside a timed call change the count.
+pub fn bound_samples(reply: &Value, rule: SampleRule) -> Result<Vec<f64>, String> {
+    let numbers = |v: Option<&Value>, what: &str| -> Result<Option<Vec<f64>>, String> {
+        let Some(v) = v else { return Ok(None) };
+        let a = v
+            .as_array()
+            .ok_or_else(|| format!("`{what}` is not a list of numbers"))?;
+        a.iter()
+            .map(|x| {
+                x.as_f64()
+                    .filter(|t| t.is_finite() && *t >= 0.0)
+                    .ok_or_else(|| format!("`{what}` holds {x}, not a finite time >= 0"))
+            })
+            .collect::<Result<Vec<f64>, String>>()
+            .map(Some)
+    };
+    let notes = reply.get("notes");
+    let times = numbers(reply.get("times_ms"), "times_ms")?.unwrap_or_default();
+    let index: Vec<u64> = notes
+        .and_then(|n| n.get("timed_index"))
+        .and_then(Value::as_array)
+        .ok_or("no `timed_index` (the set each sample's call used)")?
+        .iter()
+        .map(|x| {
+            x.as_u64()
+                .ok_or(format!("`timed_index` holds {x}, not a set index"))
+        })
+        .collect::<Result<_, _>>()?;
+    let n = times.len();
+    if index.len() != n {
+        return Err(format!(
+            "{n} sample(s) but {} set index(es): every sample must name the timed call it measured",
+            index.len()
+        ));
+    }
+    let at = |j: usize| index[j];
+    match rule {
+        SampleRule::OnePerKey { served } => {
+            if n != served {
+                return Err(format!(
+                    "{n} timing sample(s) for {served} timed call(s) whose input-set keys were handed out; exactly one sample per timed call is accepted (samples added from inside a call, or calls left out, change the count)"
+                ));
+            }
+            if let Some(j) = (0..n).find(|&j| at(j) != j as u64) {
+                return Err(format!(
+                    "timing sample {j} names timed set {}, expected set {j} (samples must follow the timed calls in order)",
+                    at(j)
+                ));
+            }
+        }
+        SampleRule::GraphReplays { calls, served } => {
+            if n != calls || served > 1 {
+                return Err(format!(
+                    "{n} timing sample(s) for {calls} CUDA-graph replay(s) ({served} key(s) handed out, at most 1 expected); exactly one sample per replay is accepted"
+                ));
+            }
+            if let Some(j) = (0..n).find(|&j| at(j) != 0) {
+                return Err(format!(
+                    "CUDA-graph sample {j} names timed set {}, but a graph replays set 0 only",
+                    at(j)
+                ));
+            }
+        }
+        SampleRule::Unsealed { calls, sets } => {
+            if n > calls {
+                return Err(format!(
+                    "{n} timing sample(s) for at most {calls} timed call(s)"
+                ));
+            }
+            if let Some(j) = (0..n).find(|&j| at(j) != (j % sets.max(1)) as u64) {
+                return Err(format!(
+                    "timing sample {j} names input set {}, expected {} ({sets} set(s) in rotation)",
+                    at(j),
+                    j % sets.max(1)
+                ));
+            }
+        }
+    }
+    let cupti = numbers(notes.and_then(|v| v.get("cupti_ms")), "cupti_ms")?;
+    if let Some(c) = cupti
+        && c.len() != n
+    {
+        return Err(format!(
+            "{} CUPTI span(s) for {n} timed call(s); exactly one span per timed call is accepted",
+            c.len()
+        ));
+    }
+    Ok(times)
 }
 
 /// Statistics of raw per-iteration times (ms); `None` when there are none or any is not finite
@@ -142,8 +282,13 @@ pub fn dual_clock_violation(
     ))
 }
 
-/// Variables a candidate worker inherits from kg-bench's environment, by exact name.
-const ENV_EXACT: [&str; 24] = [
+/// Variables a candidate worker inherits from kg-bench's environment, by exact name: the
+/// shell basics, compilers and toolkit locations that `torch.utils.cpp_extension` and Triton
+/// look up, and the Python environment's own markers. kernelgate's own variables are not
+/// passed by a prefix: the workers need none from kg-bench's environment (`KG_WORKER_TAG`
+/// and `KG_FD_CHANNEL` are set for each worker explicitly, the protocol channel comes as a
+/// descriptor number in argv), so only the two test harness markers below are named.
+const ENV_EXACT: [&str; 26] = [
     "PATH",
     "HOME",
     "USER",
@@ -168,20 +313,43 @@ const ENV_EXACT: [&str; 24] = [
     "CUDA_PATH",
     "ROCM_PATH",
     "HIP_PATH",
+    // Markers of kernelgate's own test harnesses, no secrets: the CLI fixtures record their
+    // helpers' pids in `KG_TEST_PIDFILE`, and `cargo xtask redteam` finds a case's leftover
+    // processes by `KG_REDTEAM_MARKER`.
+    "KG_TEST_PIDFILE",
+    "KG_REDTEAM_MARKER",
 ];
-/// ... and by prefix: locale, GPU runtimes and compilers, the frameworks' own settings,
-/// thread counts, kernelgate's own markers, and the Python environment managers whose
-/// interpreter launchers (pyenv shims, conda) need their variables.
-const ENV_PREFIXES: [&str; 17] = [
+/// ... and by prefix, only where a runtime reads a family of variables: locale (`LC_`), the
+/// GPU runtimes and their libraries (`CUDA_VISIBLE_DEVICES`, `CUDA_MODULE_LOADING`,
+/// `NVIDIA_TF32_OVERRIDE`, `HIP_VISIBLE_DEVICES`, `HSA_OVERRIDE_GFX_VERSION`,
+/// `ROCR_VISIBLE_DEVICES`, `AMD_SERIALIZE_KERNEL`, `CUBLAS_WORKSPACE_CONFIG`), the frameworks'
+/// settings (`TRITON_`, `TORCH_`, `PYTORCH_`), the math libraries' thread counts (`OMP_`,
+/// `MKL_`) and the interpreter launchers that need their variables (pyenv shims, conda).
+const ENV_PREFIXES: [&str; 16] = [
     "LC_", "CUDA_", "NVIDIA_", "ROCM_", "HIP_", "HSA_", "ROCR_", "AMD_", "TRITON_", "TORCH_",
-    "PYTORCH_", "CUBLAS", "OMP_", "MKL_", "KG_", "PYENV", "CONDA_",
+    "PYTORCH_", "CUBLAS", "OMP_", "MKL_", "PYENV", "CONDA_",
+];
+/// Parts of a name that mark a credential: refused even under an allowed prefix (a
+/// `TORCH_HUB_TOKEN` or `CUDA_..._API_KEY` is no runtime setting).
+const ENV_SECRET_MARKS: [&str; 6] = [
+    "TOKEN",
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "CREDENTIAL",
+    "_KEY",
 ];
 
 /// Whether a candidate worker may inherit the variable `name`: an allow-list, so tokens and
-/// credentials in kg-bench's environment (cloud keys, CI secrets) never reach untrusted code.
-/// The candidate runs Python with `-I`, which ignores `PYTHON*` variables anyway.
+/// credentials in kg-bench's environment (cloud keys, CI secrets, anything `KG_*` of the
+/// parent's) never reach untrusted code. The candidate runs Python with `-I`, which ignores
+/// `PYTHON*` variables anyway.
 pub fn worker_env_allowed(name: &str) -> bool {
-    ENV_EXACT.contains(&name) || ENV_PREFIXES.iter().any(|p| name.starts_with(p))
+    if ENV_EXACT.contains(&name) {
+        return true;
+    }
+    ENV_PREFIXES.iter().any(|p| name.starts_with(p))
+        && !ENV_SECRET_MARKS.iter().any(|m| name.contains(m))
 }
 
 #[cfg(test)]
@@ -196,8 +364,10 @@ mod tests {
             "CUDA_VISIBLE_DEVICES",
             "TRITON_INTERPRET",
             "LC_ALL",
-            "KG_WORKER_TAG",
             "HIP_VISIBLE_DEVICES",
+            "PYTORCH_CUDA_ALLOC_CONF",
+            "KG_TEST_PIDFILE",
+            "KG_REDTEAM_MARKER",
         ] {
             assert!(worker_env_allowed(ok), "{ok}");
         }
@@ -209,6 +379,16 @@ mod tests {
             "SSH_AUTH_SOCK",
             "PATHX",
             "HOMEBREW",
+            // No `KG_*` wildcard: the parent's own settings and anything planted under the name.
+            "KG_SECRET_TOKEN",
+            "KG_GPU_CLAIM",
+            "KG_CACHE_DIR",
+            "KG_WORKER_TAG",
+            "KG_FD_CHANNEL",
+            // Credentials under an allowed prefix.
+            "TORCH_HUB_TOKEN",
+            "CUDA_API_KEY",
+            "CONDA_PASSWORD",
         ] {
             assert!(!worker_env_allowed(no), "{no}");
         }
@@ -255,13 +435,14 @@ mod tests {
             vec!["11".into(), "22".into(), "33".into()],
             vec![1.0, 2.0, 4.0],
         );
-        let ask = |i: u64| serde_json::json!({"aside": true, "op": "timed_key", "index": i});
-        assert_eq!(k.answer(&ask(0))["key"], "11");
-        assert_eq!(k.answer(&ask(1))["key"], "22");
+        let ask = |i: u64| Aside::TimedKey { index: i };
+        assert_eq!(k.answer(&ask(0)), AsideReply::Key("11".into()));
+        assert_eq!(k.answer(&ask(1)), AsideReply::Key("22".into()));
         assert_eq!(k.seal_ms_served(), 3.0, "the first two sets served");
+        assert_eq!((k.served(), k.len()), (2, 3));
         assert!(k.violation.is_none());
         // Asking again, skipping ahead, or past the end: refused and recorded.
-        assert!(k.answer(&ask(1)).get("key").is_none());
+        assert!(matches!(k.answer(&ask(1)), AsideReply::Refused(_)));
         assert!(
             k.violation
                 .as_deref()
@@ -269,16 +450,118 @@ mod tests {
                 .contains("set 1 when set 2 was due")
         );
         let mut k2 = TimedKeys::new(vec!["1".into()], vec![0.5]);
-        assert!(k2.answer(&ask(3)).get("error").is_some());
-        assert!(
-            k2.answer(&serde_json::json!({"aside": true, "op": "other"}))
-                .get("error")
-                .is_some()
-        );
+        assert!(matches!(k2.answer(&ask(3)), AsideReply::Refused(_)));
         let mut k3 = TimedKeys::new(vec!["1".into()], vec![0.5]);
-        assert_eq!(k3.answer(&ask(0))["key"], "1");
-        assert!(k3.answer(&ask(1)).get("error").is_some());
+        assert_eq!(k3.answer(&ask(0)), AsideReply::Key("1".into()));
+        assert!(matches!(k3.answer(&ask(1)), AsideReply::Refused(_)));
+        assert!(
+            k3.violation
+                .as_deref()
+                .unwrap()
+                .contains("after all 1 keys")
+        );
         assert_eq!(k3.seal_ms_served(), 0.5, "only the one set served");
+    }
+
+    fn timing(times: &[f64], index: &[u64]) -> Value {
+        serde_json::json!({"result": "ok", "times_ms": times, "notes": {"timed_index": index}})
+    }
+
+    #[test]
+    fn samples_must_be_one_per_key_handed_out_in_order() {
+        let ok = timing(&[1.0, 1.1, 0.9], &[0, 1, 2]);
+        assert_eq!(
+            bound_samples(&ok, SampleRule::OnePerKey { served: 3 }).unwrap(),
+            vec![1.0, 1.1, 0.9]
+        );
+        // Samples appended from inside a call (the attack), with or without matching indices.
+        let mut forged = vec![1.0, 1.1, 0.9];
+        forged.extend([1e-7; 1000]);
+        let why = bound_samples(
+            &timing(&forged, &[0, 1, 2]),
+            SampleRule::OnePerKey { served: 3 },
+        )
+        .unwrap_err();
+        assert!(why.contains("1003 sample(s) but 3 set index"), "{why}");
+        let idx: Vec<u64> = (0..1003).collect();
+        let why =
+            bound_samples(&timing(&forged, &idx), SampleRule::OnePerKey { served: 3 }).unwrap_err();
+        assert!(
+            why.contains("1003 timing sample(s) for 3 timed call(s)"),
+            "{why}"
+        );
+        // Fewer samples than calls, reordered ones, no indices, junk values.
+        assert!(bound_samples(&timing(&[1.0], &[0]), SampleRule::OnePerKey { served: 2 }).is_err());
+        let why = bound_samples(
+            &timing(&[1.0, 2.0], &[1, 0]),
+            SampleRule::OnePerKey { served: 2 },
+        )
+        .unwrap_err();
+        assert!(why.contains("sample 0 names timed set 1"), "{why}");
+        let bare = serde_json::json!({"times_ms": [1.0]});
+        assert!(bound_samples(&bare, SampleRule::OnePerKey { served: 1 }).is_err());
+        let junk = serde_json::json!({"times_ms": [1.0, "x"], "notes": {"timed_index": [0, 1]}});
+        assert!(bound_samples(&junk, SampleRule::OnePerKey { served: 2 }).is_err());
+        let neg = timing(&[-1.0], &[0]);
+        assert!(bound_samples(&neg, SampleRule::OnePerKey { served: 1 }).is_err());
+    }
+
+    #[test]
+    fn graph_replays_clones_and_cupti_spans_are_counted_too() {
+        let g = timing(&[0.1, 0.1, 0.1], &[0, 0, 0]);
+        assert!(
+            bound_samples(
+                &g,
+                SampleRule::GraphReplays {
+                    calls: 3,
+                    served: 1
+                }
+            )
+            .is_ok()
+        );
+        assert!(
+            bound_samples(
+                &g,
+                SampleRule::GraphReplays {
+                    calls: 2,
+                    served: 1
+                }
+            )
+            .is_err()
+        );
+        assert!(
+            bound_samples(
+                &g,
+                SampleRule::GraphReplays {
+                    calls: 3,
+                    served: 2
+                }
+            )
+            .is_err()
+        );
+        let g1 = timing(&[0.1, 0.1], &[0, 1]);
+        assert!(
+            bound_samples(
+                &g1,
+                SampleRule::GraphReplays {
+                    calls: 2,
+                    served: 1
+                }
+            )
+            .is_err()
+        );
+        // The reference on clones: at most the calls asked for, clones in rotation.
+        let c = timing(&[1.0, 1.0, 1.0, 1.0, 1.0], &[0, 1, 2, 3, 0]);
+        assert!(bound_samples(&c, SampleRule::Unsealed { calls: 5, sets: 4 }).is_ok());
+        assert!(bound_samples(&c, SampleRule::Unsealed { calls: 4, sets: 4 }).is_err());
+        assert!(bound_samples(&c, SampleRule::Unsealed { calls: 5, sets: 1 }).is_err());
+        // One CUPTI span per sample.
+        let mut v = timing(&[1.0, 1.0], &[0, 1]);
+        v["notes"]["cupti_ms"] = serde_json::json!([0.5, 0.5]);
+        assert!(bound_samples(&v, SampleRule::OnePerKey { served: 2 }).is_ok());
+        v["notes"]["cupti_ms"] = serde_json::json!([0.5, 0.5, 1e-9]);
+        let why = bound_samples(&v, SampleRule::OnePerKey { served: 2 }).unwrap_err();
+        assert!(why.contains("3 CUPTI span(s) for 2 timed call(s)"), "{why}");
     }
 
     #[test]

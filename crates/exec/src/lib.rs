@@ -14,9 +14,10 @@
 //!   `torch.utils.cpp_extension.load`, cached by source hash), runs and times it. It never sees
 //!   the seed or the reference outputs. A candidate that crashes, hangs or is killed is
 //!   replaced by a fresh process for the next workload.
-//! - **Messages** travel as JSON lines on a per-worker Unix socket in the private temp dir,
-//!   never on stdout. Worker stdout/stderr are drained on threads into bounded (64 KiB,
-//!   head + tail) buffers and end up in the trace's `log`.
+//! - **Messages** travel as JSON lines on a per-worker socketpair the worker inherits (no
+//!   filesystem path), never on stdout, in the typed envelope of [`protocol`] and within its
+//!   per-message and per-request bounds. Worker stdout/stderr are drained on threads into
+//!   bounded (64 KiB, head + tail) buffers and end up in the trace's `log`.
 //! - **Tensors** travel as files in a per-workload directory: the judge writes the inputs
 //!   (`torch.save`, CPU tensors), the candidate loads them onto its device, clones them for
 //!   fresh pointers, calls the solution, and writes its outputs, which the judge reads with
@@ -47,6 +48,7 @@ pub mod device;
 pub mod engine;
 pub mod integrity;
 pub mod process;
+pub mod protocol;
 pub mod python;
 pub mod sandbox;
 pub mod scripts;

@@ -1,13 +1,15 @@
 //! Worker processes: spawned in their own process group, stdout/stderr drained on threads into
-//! bounded buffers, requests and replies on a private Unix socket, killed as a group
-//! (SIGTERM, grace period, SIGKILL) on timeout, cancellation and drop.
+//! bounded buffers, requests and replies on an inherited socketpair (no filesystem path another
+//! process could bind or connect to), read against the deadline within the bounds of
+//! [`crate::protocol::Bounds`], killed as a group (SIGTERM, grace period, SIGKILL) on timeout,
+//! cancellation, a protocol error and drop.
 
-use std::io::{BufRead, BufReader, IoSlice, IoSliceMut, Read, Write};
+use std::io::{IoSlice, IoSliceMut, Read, Write};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,7 +21,9 @@ use rustix::net::{
     SendAncillaryMessage, SendFlags, recvmsg, sendmsg,
 };
 use rustix::process::{Pid, Signal, kill_process_group};
-use serde_json::{Value, json};
+use serde_json::Value;
+
+use crate::protocol::{Aside, AsideReply, Bounds, Envelope, LineBuffer, ProtocolError, Reply};
 
 /// Bytes of each stream kept: the head and the tail, each half of this.
 pub const LOG_LIMIT: usize = 64 * 1024;
@@ -372,9 +376,27 @@ pub enum WorkerError {
         #[source]
         source: std::io::Error,
     },
-    /// The worker answered with something that is not a JSON object.
-    #[error("malformed reply from worker: {0}")]
-    Protocol(String),
+    /// The worker broke the protocol (a malformed or oversized message); it has been killed.
+    #[error("protocol error: {0}")]
+    Protocol(#[from] ProtocolError),
+    /// The worker never sent its ready line (it timed out, died or broke the protocol first);
+    /// it has been killed. `log` is what it printed.
+    #[error("{}", start_failure(why, log))]
+    NotStarted {
+        /// Why it did not start.
+        why: Box<WorkerError>,
+        /// Its stdout/stderr (bounded, head and tail).
+        log: String,
+    },
+}
+
+/// [`WorkerError::NotStarted`]'s text: the reason, then the end of what the worker printed.
+fn start_failure(why: &WorkerError, log: &str) -> String {
+    if log.trim().is_empty() {
+        format!("the worker did not start: {why} (it printed nothing)")
+    } else {
+        format!("the worker did not start: {why}\n{}", tail(log, 4000))
+    }
 }
 
 /// How to start a worker.
@@ -382,7 +404,8 @@ pub enum WorkerError {
 pub struct WorkerSpec {
     /// Interpreter.
     pub python: PathBuf,
-    /// Script to run (`-I -B SCRIPT SOCKET PARENT_PID`).
+    /// Script to run (`-I -B SCRIPT CHANNEL_FD PARENT_PID`: the protocol channel is inherited
+    /// under descriptor number `CHANNEL_FD`; `kgcommon.serve`).
     pub script: PathBuf,
     /// Working directory.
     pub cwd: PathBuf,
@@ -391,8 +414,8 @@ pub struct WorkerSpec {
     /// Pass on only the variables `crate::integrity::worker_env_allowed` accepts (untrusted
     /// candidates); otherwise the whole environment is inherited (the trusted judge).
     pub allow_listed_env: bool,
-    /// Directory for the socket (private, short path).
-    pub socket_dir: PathBuf,
+    /// How much the worker may send per message and per request.
+    pub bounds: Bounds,
     /// A short label used in names and logs (`judge`, `candidate`).
     pub label: String,
     /// OS confinement (the untrusted candidate); `None` for the trusted judge.
@@ -400,21 +423,29 @@ pub struct WorkerSpec {
 }
 
 /// The aside handler of a request that expects none: every aside gets an error reply.
-pub fn no_asides(_: &Value) -> Value {
-    json!({"error": "this request takes no asides"})
+pub fn no_asides(_: &Aside) -> AsideReply {
+    AsideReply::Refused("this request takes no asides".into())
 }
 
-/// A running worker process with its socket and captured output.
+/// How often a blocked read or write on the protocol channel wakes up to check the deadline,
+/// the cancel flag and the process.
+const READ_TICK: Duration = Duration::from_millis(100);
+
+/// A running worker process with its protocol channel and captured output.
 #[derive(Debug)]
 pub struct Worker {
     child: Child,
     pid: u32,
-    reader: BufReader<UnixStream>,
-    writer: UnixStream,
+    /// Our end of the protocol channel (reads and writes time out every [`READ_TICK`]).
+    chan: UnixStream,
+    /// Unread bytes from `chan`.
+    lines: LineBuffer,
+    bounds: Bounds,
+    /// Bytes received since the current request was sent.
+    received: usize,
     stdout: Arc<Mutex<Bounded>>,
     stderr: Arc<Mutex<Bounded>>,
     drains: Vec<JoinHandle<()>>,
-    socket_path: PathBuf,
     dead: Option<String>,
     tag: String,
     /// Our end of the descriptor channel.
@@ -434,21 +465,7 @@ impl Worker {
     ) -> Result<Worker, WorkerError> {
         static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
-        let socket_path = spec
-            .socket_dir
-            .join(format!("{}{n}.sock", &spec.label[..1]));
-        let _ = std::fs::remove_file(&socket_path);
         let tag = format!("{}-{n}", std::process::id());
-        let listener = UnixListener::bind(&socket_path).map_err(|source| WorkerError::Io {
-            what: format!("bind socket `{}`", socket_path.display()),
-            source,
-        })?;
-        listener
-            .set_nonblocking(true)
-            .map_err(|source| WorkerError::Io {
-                what: "configure the socket".into(),
-                source,
-            })?;
         let mut cmd = Command::new(&spec.python);
         if spec.allow_listed_env {
             cmd.env_clear();
@@ -458,10 +475,17 @@ impl Worker {
                 }
             }
         }
+        // The protocol channel: one end of a socketpair, inherited by number (no path in any
+        // directory that another process could bind first or connect to). Our end, like every
+        // descriptor Rust opens, is close-on-exec, so no other worker inherits it.
+        let (chan, theirs_chan) = UnixStream::pair().map_err(|source| WorkerError::Io {
+            what: "make the protocol channel".into(),
+            source,
+        })?;
         cmd.arg("-I")
             .arg("-B")
             .arg(&spec.script)
-            .arg(&socket_path)
+            .arg(theirs_chan.as_raw_fd().to_string())
             .arg(std::process::id().to_string())
             .current_dir(&spec.cwd)
             .stdin(Stdio::null())
@@ -482,8 +506,11 @@ impl Worker {
         })?;
         cmd.env(FD_CHANNEL_ENV, theirs.as_raw_fd().to_string());
         crate::sandbox::inherit_fd(&mut cmd, theirs.as_raw_fd());
+        crate::sandbox::inherit_fd(&mut cmd, theirs_chan.as_raw_fd());
         let spawned = cmd.spawn();
+        // Only the child keeps the other ends: when it dies, reads on ours see end of stream.
         drop(theirs);
+        drop(theirs_chan);
         let mut child = spawned.map_err(|source| WorkerError::Io {
             what: format!("start `{}`", spec.python.display()),
             source,
@@ -498,83 +525,65 @@ impl Worker {
         if let Some(s) = child.stderr.take() {
             drains.push(drain(s, stderr.clone()));
         }
+        if let Err(source) = chan
+            .set_read_timeout(Some(READ_TICK))
+            .and_then(|()| chan.set_write_timeout(Some(READ_TICK)))
+        {
+            kill_group(pid, &mut child, Some(&tag));
+            return Err(WorkerError::Io {
+                what: "configure the protocol channel".into(),
+                source,
+            });
+        }
         let started = Instant::now();
-        let deadline = started + connect_timeout;
-        let stream = loop {
-            match listener.accept() {
-                Ok((s, _)) => break Ok(s),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(source) => {
-                    break Err(WorkerError::Io {
-                        what: "accept the worker's connection".into(),
-                        source,
-                    });
-                }
-            }
-            if cancel.is_cancelled() {
-                break Err(WorkerError::Cancelled);
-            }
-            if let Ok(Some(st)) = child.try_wait() {
-                break Err(WorkerError::Died {
-                    how: describe_exit(&st),
-                });
-            }
-            if Instant::now() >= deadline {
-                break Err(WorkerError::Timeout {
-                    seconds: connect_timeout.as_secs_f64(),
-                });
-            }
-            std::thread::sleep(Duration::from_millis(10));
+        let mut w = Worker {
+            child,
+            pid,
+            chan,
+            lines: LineBuffer::default(),
+            bounds: spec.bounds,
+            received: 0,
+            stdout,
+            stderr,
+            drains,
+            dead: None,
+            tag,
+            fds,
+            started,
+            isolation: None,
         };
-        let _ = std::fs::remove_file(&socket_path);
-        let stream = match stream {
-            Ok(s) => s,
-            Err(e) => {
-                kill_group(pid, &mut child, Some(&tag));
-                for t in drains {
-                    let _ = t.join();
-                }
-                return Err(e);
+        // The worker's first message says it serves requests (what connecting to the socket
+        // said before): a worker that never gets there times out or dies here, with its log.
+        let why = match w.read_message(started, started + connect_timeout, cancel) {
+            Ok(Envelope::Ready) => None,
+            Ok(other) => Some(WorkerError::Protocol(ProtocolError::Unexpected {
+                got: other.kind(),
+                expected: "its ready line",
+            })),
+            Err(WorkerError::Timeout { .. }) => Some(WorkerError::Timeout {
+                seconds: connect_timeout.as_secs_f64(),
+            }),
+            Err(e) => Some(e),
+        };
+        if let Some(why) = why {
+            w.kill();
+            if matches!(why, WorkerError::Cancelled) {
+                return Err(why);
             }
-        };
-        let configure = |stream: UnixStream| -> std::io::Result<(UnixStream, UnixStream)> {
-            stream.set_nonblocking(false)?;
-            stream.set_read_timeout(Some(Duration::from_millis(100)))?;
-            let writer = stream.try_clone()?;
-            Ok((stream, writer))
-        };
-        let (reader, writer) = match configure(stream) {
-            Ok(p) => p,
-            Err(source) => {
-                kill_group(pid, &mut child, Some(&tag));
-                return Err(WorkerError::Io {
-                    what: "configure the worker socket".into(),
-                    source,
-                });
-            }
-        };
-        // Observed once connected: by then the interpreter runs under whatever took effect.
-        let isolation = spec.sandbox.as_ref().map(|sb| {
+            let log = w.take_log();
+            return Err(WorkerError::NotStarted {
+                why: Box::new(why),
+                log,
+            });
+        }
+        // Observed once it is ready: by then the interpreter runs under whatever took effect.
+        w.isolation = spec.sandbox.as_ref().map(|sb| {
             crate::sandbox::observe(pid, &sb.read_only).map_or_else(
                 || "isolation: could not be observed (/proc unreadable)".to_string(),
                 |o| o.summary(),
             )
         });
-        Ok(Worker {
-            child,
-            pid,
-            reader: BufReader::new(reader),
-            writer,
-            stdout,
-            stderr,
-            drains,
-            socket_path,
-            dead: None,
-            tag,
-            fds,
-            started,
-            isolation,
-        })
+        Ok(w)
     }
 
     /// The process id (also the process group id).
@@ -677,77 +686,143 @@ impl Worker {
 
     /// [`Worker::request`], answering each `aside` line the worker sends before its reply
     /// (`{"aside": true, ...}`, e.g. the key of the next timed input set) with `on_aside`.
+    ///
+    /// The reply's envelope is checked ([`crate::protocol::parse`]); the value returned is the
+    /// whole reply object, `ok` or `error`. A message over [`Bounds::message`] bytes, more than
+    /// [`Bounds::request`] bytes in all, or a malformed one is [`WorkerError::Protocol`], and
+    /// the worker is killed at once.
     pub fn request_with(
         &mut self,
         msg: &Value,
         deadline: Instant,
         cancel: &CancelToken,
-        on_aside: &mut dyn FnMut(&Value) -> Value,
+        on_aside: &mut dyn FnMut(&Aside) -> AsideReply,
     ) -> Result<Value, WorkerError> {
         if let Some(how) = &self.dead {
             return Err(WorkerError::Died { how: how.clone() });
         }
-        self.send_line(msg)?;
         let started = Instant::now();
-        let mut buf = Vec::new();
+        self.send_line(msg, started, deadline, cancel)?;
+        self.received = 0;
         loop {
-            let v = self.read_line(&mut buf, started, deadline, cancel)?;
-            if v.get("aside").and_then(Value::as_bool) != Some(true) {
-                return Ok(v);
+            match self.read_message(started, deadline, cancel)? {
+                Envelope::Reply(r) => return Ok(Reply::into_value(r)),
+                Envelope::Aside(a) => {
+                    let answer = on_aside(&a).to_json();
+                    self.send_line(&answer, started, deadline, cancel)?;
+                }
+                Envelope::Ready => {
+                    return Err(self.protocol_failure(ProtocolError::Unexpected {
+                        got: "a second ready line",
+                        expected: "a reply",
+                    }));
+                }
             }
-            self.send_line(&on_aside(&v))?;
-            buf.clear();
         }
     }
 
-    /// Writes one JSON line to the worker.
-    fn send_line(&mut self, msg: &Value) -> Result<(), WorkerError> {
-        let mut line =
-            serde_json::to_string(msg).map_err(|e| WorkerError::Protocol(e.to_string()))?;
+    /// Writes one JSON line to the worker, until `deadline`: a worker that stops reading (e.g.
+    /// sends asides and never reads their answers) fills the socket, and writes then time out
+    /// every [`READ_TICK`] instead of blocking us for ever.
+    fn send_line(
+        &mut self,
+        msg: &Value,
+        started: Instant,
+        deadline: Instant,
+        cancel: &CancelToken,
+    ) -> Result<(), WorkerError> {
+        let mut line = msg.to_string();
         line.push('\n');
-        if let Err(source) = self.writer.write_all(line.as_bytes()) {
-            return Err(self.classify_failure(source));
+        let bytes = line.as_bytes();
+        let mut sent = 0;
+        while sent < bytes.len() {
+            match (&self.chan).write(&bytes[sent..]) {
+                Ok(0) => return Err(self.wait_died()),
+                Ok(n) => sent += n,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock
+                            | std::io::ErrorKind::TimedOut
+                            | std::io::ErrorKind::Interrupted
+                    ) => {}
+                Err(source) => return Err(self.classify_failure(source)),
+            }
+            if sent < bytes.len() {
+                self.check_waiting(started, deadline, cancel)?;
+            }
         }
         Ok(())
     }
 
-    /// Reads one JSON-object line into `buf` (which it leaves holding the line).
-    fn read_line(
+    /// Between two waits on the channel: ends the request if it was cancelled or its deadline
+    /// passed (the worker is killed either way).
+    fn check_waiting(
         &mut self,
-        buf: &mut Vec<u8>,
         started: Instant,
         deadline: Instant,
         cancel: &CancelToken,
-    ) -> Result<Value, WorkerError> {
+    ) -> Result<(), WorkerError> {
+        if cancel.is_cancelled() {
+            self.kill();
+            return Err(WorkerError::Cancelled);
+        }
+        if Instant::now() >= deadline {
+            self.kill();
+            self.dead = Some("killed after a timeout".into());
+            return Err(WorkerError::Timeout {
+                seconds: started.elapsed().as_secs_f64(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Kills the worker for breaking the protocol and says why.
+    fn protocol_failure(&mut self, e: ProtocolError) -> WorkerError {
+        self.kill();
+        self.dead = Some(format!("killed for a protocol error: {e}"));
+        WorkerError::Protocol(e)
+    }
+
+    /// Reads the next message, waiting until `deadline` (checked after every read, so a worker
+    /// that keeps writing cannot hold us past it) and within the worker's [`Bounds`].
+    fn read_message(
+        &mut self,
+        started: Instant,
+        deadline: Instant,
+        cancel: &CancelToken,
+    ) -> Result<Envelope, WorkerError> {
         loop {
-            match self.reader.read_until(b'\n', buf) {
-                Ok(0) => {
-                    return Err(self.wait_died());
+            match self.lines.take_line(self.bounds.message) {
+                Ok(Some(line)) => {
+                    return crate::protocol::parse(&line).map_err(|e| self.protocol_failure(e));
                 }
-                Ok(_) if buf.ends_with(b"\n") => break,
-                Ok(_) => {}
+                Ok(None) => {}
+                Err(e) => return Err(self.protocol_failure(e)),
+            }
+            match self.lines.fill(&mut &self.chan, self.bounds.message) {
+                Ok(0) => return Err(self.wait_died()),
+                Ok(n) => {
+                    self.received = self.received.saturating_add(n);
+                    if self.received > self.bounds.request {
+                        let limit = self.bounds.request;
+                        return Err(self.protocol_failure(ProtocolError::RequestTooLarge { limit }));
+                    }
+                }
                 Err(e)
                     if matches!(
                         e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                        std::io::ErrorKind::WouldBlock
+                            | std::io::ErrorKind::TimedOut
+                            | std::io::ErrorKind::Interrupted
                     ) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(source) => return Err(self.classify_failure(source)),
             }
-            if cancel.is_cancelled() {
-                self.kill();
-                return Err(WorkerError::Cancelled);
-            }
-            if Instant::now() >= deadline {
-                self.kill();
-                self.dead = Some("killed after a timeout".into());
-                return Err(WorkerError::Timeout {
-                    seconds: started.elapsed().as_secs_f64(),
-                });
-            }
+            self.check_waiting(started, deadline, cancel)?;
             if let Ok(Some(st)) = self.child.try_wait() {
-                // Give the socket a moment: a reply may have been written just before exit.
-                if self.reader.buffer().is_empty() {
+                // A reply may have been written just before exit: read until the end of the
+                // stream first, unless a descendant still holds the channel open.
+                if self.lines.is_empty() {
                     let how = describe_exit(&st);
                     self.finish_drains();
                     self.dead = Some(how.clone());
@@ -755,16 +830,12 @@ impl Worker {
                 }
             }
         }
-        let v: Value = serde_json::from_slice(buf).map_err(|e| {
-            WorkerError::Protocol(format!(
-                "{e}: `{}`",
-                tail(&String::from_utf8_lossy(buf), 500)
-            ))
-        })?;
-        if !v.is_object() {
-            return Err(WorkerError::Protocol("reply is not a JSON object".into()));
-        }
-        Ok(v)
+    }
+
+    /// The largest number of bytes the channel's read buffer ever held (at most
+    /// [`Bounds::message`] + 1).
+    pub fn read_buffer_peak(&self) -> usize {
+        self.lines.peak()
     }
 
     fn classify_failure(&mut self, source: std::io::Error) -> WorkerError {
@@ -854,11 +925,6 @@ impl Worker {
         }
         self.kill();
     }
-
-    /// The path of the socket the worker connected to (removed once connected).
-    pub fn socket_path(&self) -> &Path {
-        &self.socket_path
-    }
 }
 
 impl Drop for Worker {
@@ -877,6 +943,8 @@ impl Drop for Worker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+    use std::path::Path;
 
     #[test]
     fn bounded_keeps_head_and_tail() {
@@ -927,6 +995,10 @@ mod tests {
             .unwrap_or(false)
     }
 
+    fn test_python() -> PathBuf {
+        PathBuf::from(std::env::var("PYTHON_BIN").unwrap_or_else(|_| "python3".into()))
+    }
+
     /// A worker over the real `kgcommon` channel that sends a descriptor of a file it opens
     /// (`send`) or reads from the descriptor it receives (`recv`).
     fn fd_worker(dir: &Path, sandbox: Option<crate::sandbox::Sandbox>, label: &str) -> Worker {
@@ -952,7 +1024,7 @@ mod tests {
             cwd: dir.to_path_buf(),
             env: Vec::new(),
             allow_listed_env: false,
-            socket_dir: dir.to_path_buf(),
+            bounds: Bounds::default(),
             label: label.into(),
             sandbox,
         };
@@ -1028,5 +1100,218 @@ mod tests {
         std::thread::sleep(Duration::from_millis(200));
         assert!(!alive(a), "detached child {a} survived");
         assert!(!alive(b), "tagged orphan {b} survived");
+    }
+
+    /// A worker that says it is ready, reads one request and then runs `body` (Python).
+    fn raw_worker(
+        dir: &Path,
+        body: &str,
+        bounds: Bounds,
+        connect: Duration,
+    ) -> Result<Worker, WorkerError> {
+        let script = dir.join("raw.py");
+        std::fs::write(
+            &script,
+            format!(
+                "import os, socket, sys\nsock = socket.socket(fileno=int(sys.argv[1]))\n{body}\n"
+            ),
+        )
+        .unwrap();
+        let spec = WorkerSpec {
+            python: test_python(),
+            script,
+            cwd: dir.to_path_buf(),
+            env: Vec::new(),
+            allow_listed_env: false,
+            bounds,
+            label: "raw".into(),
+            sandbox: None,
+        };
+        Worker::spawn(&spec, connect, &CancelToken::new())
+    }
+
+    #[test]
+    fn a_worker_streaming_without_newlines_is_killed_at_the_message_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let bounds = Bounds {
+            message: 256 * 1024,
+            request: 1 << 30,
+        };
+        let mut w = raw_worker(
+            dir.path(),
+            "sock.sendall(b'{\"ready\": true}\\n')\nsock.recv(100)\n\
+             while True:\n    sock.sendall(b'x' * 65536)",
+            bounds,
+            Duration::from_secs(30),
+        )
+        .unwrap();
+        let t = Instant::now();
+        let deadline = t + Duration::from_secs(10);
+        let e = w
+            .request(&json!({"op": "x"}), deadline, &CancelToken::new())
+            .unwrap_err();
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "took {:?}",
+            t.elapsed()
+        );
+        assert!(
+            matches!(e, WorkerError::Protocol(ProtocolError::MessageTooLong { limit }) if limit == bounds.message),
+            "{e}"
+        );
+        assert!(e.to_string().contains("262144 bytes"), "{e}");
+        assert!(w.is_dead());
+        assert!(
+            w.read_buffer_peak() <= bounds.message + 1,
+            "the read buffer grew to {} bytes",
+            w.read_buffer_peak()
+        );
+    }
+
+    #[test]
+    fn many_short_lines_end_at_the_request_bound_and_a_stall_at_the_deadline() {
+        let dir = tempfile::tempdir().unwrap();
+        let bounds = Bounds {
+            message: 1024,
+            request: 64 * 1024,
+        };
+        let aside = "sock.sendall(b'{\"aside\": true, \"op\": \"timed_key\", \"index\": 0}\\n')";
+        let ready = "sock.sendall(b'{\"ready\": true}\\n')\nsock.recv(100)";
+        let cancel = CancelToken::new();
+        // Asides, each answered and its answer read, for ever: the request's total bound ends it.
+        let mut w = raw_worker(
+            dir.path(),
+            &format!("{ready}\nwhile True:\n    {aside}\n    sock.recv(100)"),
+            bounds,
+            Duration::from_secs(30),
+        )
+        .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let e = w
+            .request_with(&json!({"op": "x"}), deadline, &cancel, &mut no_asides)
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                WorkerError::Protocol(ProtocolError::RequestTooLarge { .. })
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("65536 bytes"), "{e}");
+        // Asides whose answers are never read: our writes back fill the socket, and the
+        // request still ends (by a bound or at its deadline), never blocked in a write.
+        let mut w = raw_worker(
+            dir.path(),
+            &format!("{ready}\nwhile True:\n    {aside}"),
+            Bounds {
+                message: 1024,
+                request: 1 << 30,
+            },
+            Duration::from_secs(30),
+        )
+        .unwrap();
+        let t = Instant::now();
+        let e = w
+            .request_with(
+                &json!({"op": "x"}),
+                t + Duration::from_secs(2),
+                &cancel,
+                &mut no_asides,
+            )
+            .unwrap_err();
+        assert!(matches!(e, WorkerError::Timeout { .. }), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(6), "{:?}", t.elapsed());
+        // A worker that sends a partial line and stops: the deadline still holds.
+        let mut w = raw_worker(
+            dir.path(),
+            &format!("{ready}\nsock.sendall(b'{{\"result\"')\nimport time\ntime.sleep(60)"),
+            bounds,
+            Duration::from_secs(30),
+        )
+        .unwrap();
+        let t = Instant::now();
+        let e = w
+            .request(&json!({"op": "x"}), t + Duration::from_millis(500), &cancel)
+            .unwrap_err();
+        assert!(matches!(e, WorkerError::Timeout { .. }), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn a_worker_that_never_gets_ready_times_out_or_dies_with_its_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = raw_worker(
+            dir.path(),
+            "sys.stderr.write('stuck importing\\n')\nimport time\ntime.sleep(60)",
+            Bounds::default(),
+            Duration::from_millis(1500),
+        )
+        .unwrap_err();
+        let WorkerError::NotStarted { why, .. } = &e else {
+            panic!("{e}")
+        };
+        assert!(matches!(**why, WorkerError::Timeout { .. }), "{e}");
+        assert!(e.to_string().contains("stuck importing"), "{e}");
+        let e = raw_worker(
+            dir.path(),
+            "sys.stderr.write('no torch here\\n')\nsys.exit(3)",
+            Bounds::default(),
+            Duration::from_secs(30),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("no torch here"), "{e}");
+        assert!(
+            e.to_string().contains("status 3") || e.to_string().contains("closed"),
+            "{e}"
+        );
+        // Something other than the ready line first is a protocol error.
+        let e = raw_worker(
+            dir.path(),
+            "sock.sendall(b'{\"result\": \"ok\"}\\n')\nimport time\ntime.sleep(60)",
+            Bounds::default(),
+            Duration::from_secs(30),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("ready line"), "{e}");
+    }
+
+    #[test]
+    fn the_channel_is_no_path_and_only_the_worker_holds_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = raw_worker(
+            dir.path(),
+            "import json, stat\nsock.sendall(b'{\"ready\": true}\\n')\nsock.recv(100)\n\
+             st = os.fstat(sock.fileno())\n\
+             r = {'result': 'ok', 'sock': stat.S_ISSOCK(st.st_mode), 'name': repr(sock.getsockname()),\n\
+                  'peer': repr(sock.getpeername())}\n\
+             sock.sendall((json.dumps(r) + '\\n').encode())\nsock.recv(100)",
+            Bounds::default(),
+            Duration::from_secs(30),
+        )
+        .unwrap();
+        let r = w
+            .request(
+                &json!({"op": "x"}),
+                Instant::now() + Duration::from_secs(10),
+                &CancelToken::new(),
+            )
+            .unwrap();
+        assert_eq!(r["sock"], true, "{r}");
+        // An unnamed socketpair: neither end has an address anyone could bind or connect to.
+        assert!(
+            matches!(r["name"].as_str(), Some("''") | Some("b''")),
+            "{r}"
+        );
+        assert!(
+            matches!(r["peer"].as_str(), Some("''") | Some("b''")),
+            "{r}"
+        );
+        assert!(
+            std::fs::read_dir(dir.path())
+                .unwrap()
+                .flatten()
+                .all(|e| !e.file_name().to_string_lossy().ends_with(".sock")),
+            "a socket file in the session directory"
+        );
     }
 }

@@ -132,6 +132,43 @@ def test_cpu_timing_calls_after_outside_the_timed_span():
     assert len(times) == 3 and seen == [(1, 2), (2, 4), (3, 6)]
 
 
+def test_cpu_timing_names_the_set_of_each_sample():
+    # The parent requires one sample per timed set whose key it handed out, in order.
+    times, notes = kg.time_calls(lambda a: a, [10, 11, 12], torch.device("cpu"), 0, 3, "cpu_wall")
+    assert notes["timed_index"] == [0, 1, 2] and len(times) == 3
+    # Sets in rotation (the reference on clones): the index wraps as the sets do.
+    times, notes = kg.time_calls(lambda a: a, [10, 11], torch.device("cpu"), 1, 5, "cpu_wall")
+    assert notes["timed_index"] == [0, 1, 0, 1, 0] and len(times) == 5
+
+
+def test_error_replies_are_clipped_to_the_parents_bound():
+    r = kg.error_reply("compile", "x" * 100_000, "t" * 100_000)
+    assert len(r["message"]) < kg.ERROR_TEXT_LIMIT + 100 and len(r["traceback"]) < kg.ERROR_TEXT_LIMIT + 100
+    assert r["message"].startswith("x" * 100) and r["message"].endswith("x" * 100)
+    assert "characters dropped" in r["message"]
+    short = kg.error_reply("runtime", "boom")
+    assert short == {"result": "error", "kind": "runtime", "message": "boom"}
+
+
+def test_channel_serves_on_an_inherited_descriptor_and_says_ready(monkeypatch):
+    import socket
+
+    ours, theirs = socket.socketpair()
+    monkeypatch.setattr(sys, "argv", ["worker.py", str(theirs.detach()), str(os.getppid())])
+    monkeypatch.setattr(kg, "CHANNEL", [])
+    monkeypatch.setattr(kg, "start_parent_watchdog", lambda: None)
+    ours.sendall(b'{"op": "echo", "x": 1}\n{"op": "shutdown"}\n')
+    kg.serve({"echo": lambda req: {"result": "ok", "x": req["x"]}})
+    chan = kg.CHANNEL[0]
+    # Nothing a worker starts inherits the channel.
+    assert not chan.sock.get_inheritable()
+    chan.rfile.close()
+    chan.sock.close()
+    ours.settimeout(5)
+    lines = ours.makefile("rb").read().splitlines()
+    assert [json.loads(x) for x in lines] == [{"ready": True}, {"result": "ok", "x": 1}, {"result": "ok"}]
+
+
 def test_warm_up_runs_count_calls_or_stops_at_a_quarter_of_the_budget():
     import time
 
