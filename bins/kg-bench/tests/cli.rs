@@ -126,9 +126,14 @@ struct Case {
     expected_when_read_only: Option<String>,
 }
 
-/// Whether a trace's log says the candidate ran with every protected directory read-only.
-fn ran_read_only(log: &str) -> bool {
-    log.contains("read-only director(ies)") && !log.contains("NOT read-only")
+/// Whether the candidate ran with a read-only filesystem view, as the trace's typed
+/// isolation report says.
+fn ran_read_only(e: &kg_contract::Evaluation) -> bool {
+    e.environment.isolation.as_ref().is_some_and(|i| {
+        i.layers
+            .iter()
+            .any(|l| l.layer == kg_contract::Layer::ReadOnlyFilesystem && l.held)
+    })
 }
 
 #[test]
@@ -168,7 +173,7 @@ fn every_fixture_gets_its_status_and_the_run_continues() {
         for t in &traces {
             let e = t.evaluation.as_ref().unwrap();
             let expected = match &c.expected_when_read_only {
-                Some(x) if ran_read_only(&e.log) => x,
+                Some(x) if ran_read_only(e) => x,
                 _ => &c.expected,
             };
             assert_eq!(e.status.as_str(), expected, "{}: log: {}", c.case, e.log);
@@ -213,11 +218,8 @@ fn every_fixture_gets_its_status_and_the_run_continues() {
     );
     let flood = &seen["add/flood_socket"].log;
     assert!(flood.contains("per-message bound of"), "{flood}");
-    let plant = &seen["add/plant_in_problem_dir"].log;
-    if ran_read_only(plant) {
-        assert!(plant.contains("could not plant numpy.py"), "{plant}");
-        assert!(plant.contains("Read-only file system"), "{plant}");
-    }
+    // With the read-only view the plant lands nowhere the judge loads (its status, from the
+    // problem directory's content check, says so); without it, it is REWARD_HACK above.
     assert!(seen["add/syntax_error"].log.contains("SyntaxError"));
     assert!(
         seen["add/passed_value_returning"]
@@ -258,8 +260,6 @@ fn every_fixture_gets_its_status_and_the_run_continues() {
     assert_eq!(summary["totals"]["TIMEOUT"], 2);
     // The helpers of the hang and detached_child fixtures (their command lines carry the pid
     // file's path, under `tmp`) died with their candidates; no worker is left.
-    let helpers = std::fs::read_to_string(&pidfile).unwrap_or_default();
-    assert!(!helpers.trim().is_empty(), "the hang fixture never ran");
     let left = processes_mentioning(&tmp.path().display().to_string());
     assert!(
         left.is_empty(),
@@ -504,9 +504,8 @@ fn problem_directory_is_read_only_or_tampering_is_caught() {
     assert!(e.log.contains("isolation: none"), "{}", e.log);
     let t = run(&[]);
     let e = t[0].evaluation.as_ref().unwrap();
-    if ran_read_only(&e.log) {
+    if ran_read_only(e) {
         assert_eq!(e.status, Status::Passed, "{}", e.log);
-        assert!(e.log.contains("Read-only file system"), "{}", e.log);
     } else {
         assert_eq!(e.status, Status::RewardHack, "{}", e.log);
     }
@@ -608,10 +607,15 @@ fn kill_mid_run(
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    // Wait for the second workload's hang to start (the first ended in TIMEOUT). Its trace is
-    // not on disk yet: traces are written only once the candidate is gone.
+    // Wait for the second workload's hang to start (the first ended in TIMEOUT): a second
+    // helper process (its command line carries the pid file's path; the sandboxed candidate
+    // cannot write the file itself). Its trace is not on disk yet: traces are written only
+    // once the candidate is gone.
+    let needle = pidfile.display().to_string();
+    let mut helpers = std::collections::BTreeSet::new();
     let second_hang = wait_until(Duration::from_secs(480), || {
-        std::fs::read_to_string(&pidfile).is_ok_and(|t| t.lines().count() >= 2)
+        helpers.extend(processes_mentioning(&needle));
+        helpers.len() >= 2
     });
     assert!(second_hang, "second workload never started");
     assert!(
@@ -632,7 +636,7 @@ fn sigterm_kills_every_worker_and_keeps_traces_valid() {
     if python().is_none() {
         return;
     }
-    let (tmp, status, traces, pidfile) = kill_mid_run("-TERM");
+    let (tmp, status, traces, _) = kill_mid_run("-TERM");
     assert_eq!(status.code(), Some(130), "{status:?}");
     let t = traces_in(&traces);
     assert_eq!(t.len(), 1);
@@ -641,7 +645,6 @@ fn sigterm_kills_every_worker_and_keeps_traces_valid() {
     let r = kg_contract::chain::verify_file(&traces, &Default::default()).unwrap();
     assert!(r.ok(), "{:?}", r.findings);
     // Killed on the way out, not left for a watchdog (helpers carry the pid file's path).
-    assert!(!std::fs::read_to_string(&pidfile).unwrap().trim().is_empty());
     let left = processes_mentioning(&tmp.path().display().to_string());
     assert!(
         left.is_empty(),
@@ -654,7 +657,7 @@ fn sigkill_of_kg_bench_leaves_byte_valid_jsonl_and_no_orphans() {
     if python().is_none() {
         return;
     }
-    let (tmp, status, traces, pidfile) = kill_mid_run("-KILL");
+    let (tmp, status, traces, _) = kill_mid_run("-KILL");
     assert_eq!(status.code(), None);
     // Killed before its candidate was gone: nothing of this evaluation was written (no torn
     // line, no partial chain).
@@ -673,7 +676,6 @@ fn sigkill_of_kg_bench_leaves_byte_valid_jsonl_and_no_orphans() {
                 .unwrap_or_default())
             .collect::<Vec<_>>()
     );
-    assert!(!std::fs::read_to_string(&pidfile).unwrap().trim().is_empty());
     let leftovers: Vec<_> = std::fs::read_dir(traces.parent().unwrap())
         .unwrap()
         .flatten()

@@ -22,6 +22,21 @@ import threading
 import time
 import traceback
 
+
+def _extend_sys_path():
+    """Workers start with `-I -S`: no site module, so no start-up code of the interpreter's site
+    directories (`.pth` import lines, sitecustomize, usercustomize) runs in them, whatever a
+    candidate planted there. kg-exec hands over the import path the site module would have built
+    (`KG_SYS_PATH`, a JSON list; path lines of `.pth` files only, nothing executed)."""
+    raw = os.environ.pop("KG_SYS_PATH", None)
+    if raw:
+        for p in json.loads(raw):
+            if p not in sys.path:
+                sys.path.append(p)
+
+
+_extend_sys_path()
+
 import kgcupti
 import kgvmm
 
@@ -1140,13 +1155,34 @@ def _plan_outputs(groups):
     return header, copies, off
 
 
+def open_candidate_file(path):
+    """Opens, for reading, a file in a directory the candidate controls: never through a
+    symlink it planted (the judge may run as root), never a FIFO or device that would block or
+    feed it (ValueError)."""
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"`{os.path.basename(path)}` is not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_outputs(path, dev):
     """The groups `write_outputs` wrote to `path` (tensors on `dev`, views of one buffer), or
     raises ValueError saying why the file cannot be read as such. The file is the candidate's:
     every field is checked before any bytes are trusted."""
     import torch
 
-    with open(path, "rb") as f:
+    try:
+        f = open_candidate_file(path)
+    except OSError as e:
+        raise ValueError(f"cannot open the outputs file: {e}") from e
+    with f:
         lead = f.read(16)
         if len(lead) < 16 or lead[:8] != OUTPUTS_MAGIC:
             raise ValueError("not a kernelgate outputs file")

@@ -64,6 +64,11 @@ pub struct EvalOptions {
     /// script directories, private HOME/TMPDIR). Off only to measure its cost or on a host
     /// where namespaces break the device runtime; traces then say `isolation: none`.
     pub sandbox: bool,
+    /// Refuse to evaluate when any sandbox layer did not hold on the candidate
+    /// ([`ExecError::SandboxIncomplete`]), instead of recording the missing layer in the trace.
+    pub require_sandbox: bool,
+    /// Memory limit of each candidate process (RLIMIT_DATA), bytes.
+    pub memory_bytes: u64,
     /// Speed-of-light floor: T_SOL (ms) per (definition, workload uuid), and where it came
     /// from; a PASSED latency below it becomes REWARD_HACK (`kg-bench evaluate --sol`).
     pub sol_floor: Option<SolFloor>,
@@ -87,6 +92,8 @@ impl EvalOptions {
             cache_dir: default_cache_dir(),
             worker_env: Vec::new(),
             sandbox: true,
+            require_sandbox: false,
+            memory_bytes: crate::sandbox::default_memory_bytes(),
             sol_floor: None,
             gpu_claim: None,
         }
@@ -249,6 +256,20 @@ pub enum ExecError {
         /// What differs.
         files: String,
     },
+    /// `--require-sandbox` and a layer did not hold on the candidate; it was killed.
+    #[error(
+        "the candidate sandbox is incomplete on this host: {missing}; nothing was evaluated (run without --require-sandbox to record the missing layers in the traces instead)"
+    )]
+    SandboxIncomplete {
+        /// The missing layers with what was seen.
+        missing: String,
+    },
+    /// The session directory could not be made.
+    #[error(transparent)]
+    Runtime(#[from] crate::runtime::RuntimeError),
+    /// What a sandboxed worker needs of the interpreter could not be found.
+    #[error("failed to prepare the candidate sandbox: {0}")]
+    SandboxPaths(#[from] crate::python::PythonError),
 }
 
 /// Checks a solution's languages before anything runs.
@@ -470,6 +491,21 @@ pub struct Session {
     pool_off: Option<(String, String)>,
     /// How the current workload's outputs were handed over (logged in its trace).
     outputs_via: String,
+    /// What a sandboxed candidate must see of the interpreter (asked once).
+    interpreter_paths: Option<crate::python::InterpreterPaths>,
+    /// The running candidate's scratch directory (its output transfer directories go below
+    /// it).
+    candidate_root: Option<PathBuf>,
+    /// Where the judge writes the running candidate's inputs (read-only in its view).
+    candidate_inputs: Option<PathBuf>,
+}
+
+/// One workload's transfer directories.
+struct Transfer {
+    /// Written by the judge, read by the candidate.
+    inputs: PathBuf,
+    /// Written by the candidate, read by the judge.
+    outputs: PathBuf,
 }
 
 /// How long the parent waits for a pool descriptor the candidate says it sent (it sends it
@@ -591,13 +627,7 @@ impl Session {
         opts: EvalOptions,
         cancel: CancelToken,
     ) -> Result<Session, ExecError> {
-        let dir = tempfile::Builder::new()
-            .prefix("kg-")
-            .tempdir()
-            .map_err(|source| ExecError::Io {
-                what: "create a private temp dir".into(),
-                source,
-            })?;
+        let dir = crate::runtime::session_dir()?;
         // Processes a candidate detaches are re-parented to us, not to init, so the
         // end-of-candidate sweep (process::Worker::kill) can still find and reap them.
         if !crate::process::become_child_subreaper() {
@@ -621,6 +651,9 @@ impl Session {
             pool_opened: None,
             pool_off: None,
             outputs_via: String::new(),
+            interpreter_paths: None,
+            candidate_root: None,
+            candidate_inputs: None,
         })
     }
 
@@ -649,10 +682,30 @@ impl Session {
         env
     }
 
-    fn spec(&self, label: &str, script: &str, cwd: &Path) -> WorkerSpec {
+    /// How workers start this interpreter (asked once per session).
+    fn interpreter_paths(&mut self) -> Result<crate::python::InterpreterPaths, ExecError> {
+        if let Some(p) = &self.interpreter_paths {
+            return Ok(p.clone());
+        }
+        let p = crate::python::sandbox_paths(&self.python.path)?;
+        for f in &p.startup_code {
+            tracing::info!(file = %f.display(), "start-up code in the interpreter's site directories is not run in kernelgate's workers (-S)");
+        }
+        self.interpreter_paths = Some(p.clone());
+        Ok(p)
+    }
+
+    fn spec(
+        &self,
+        paths: &crate::python::InterpreterPaths,
+        label: &str,
+        script: &str,
+        cwd: &Path,
+    ) -> WorkerSpec {
         WorkerSpec {
             allow_listed_env: label == "candidate",
-            python: self.python.path.clone(),
+            python: paths.executable.clone(),
+            sys_path: Some(paths.sys_path.clone()),
             script: scripts::dir(self.dir.path()).join(script),
             cwd: cwd.to_path_buf(),
             env: self.worker_env(),
@@ -693,7 +746,8 @@ impl Session {
                 ),
                 source,
             })?;
-            let spec = self.spec("judge", "judge.py", self.dir.path());
+            let paths = self.interpreter_paths()?;
+            let spec = self.spec(&paths, "judge", "judge.py", self.dir.path());
             let mut w = match Worker::spawn(&spec, Duration::from_secs(300), &self.cancel) {
                 Ok(w) => w,
                 Err(WorkerError::Cancelled) => return Err(ExecError::Cancelled),
@@ -938,6 +992,37 @@ impl Session {
         Ok((!reply_ok(&r)).then(|| reply_message(&r)))
     }
 
+    /// Fresh transfer directories for one workload: the judge writes inputs into one the
+    /// candidate can only read (never into a directory it controls, where a planted symlink
+    /// would redirect the root judge's write), and the candidate writes outputs into one in
+    /// its own scratch, handed to its uid.
+    fn transfer_dir(&mut self, cand: &Worker) -> Result<Transfer, ExecError> {
+        self.counter += 1;
+        let name = format!("xfer-{}", self.counter);
+        let base = self.dir.path().to_path_buf();
+        let inputs = self
+            .candidate_inputs
+            .clone()
+            .unwrap_or_else(|| base.clone())
+            .join(&name);
+        let outputs = self.candidate_root.clone().unwrap_or(base).join(&name);
+        for d in [&inputs, &outputs] {
+            std::fs::create_dir_all(d).map_err(|source| ExecError::Io {
+                what: format!("create `{}`", d.display()),
+                source,
+            })?;
+        }
+        if let Some((uid, gid)) = cand.sandbox_uid {
+            std::os::unix::fs::chown(&outputs, Some(uid), Some(gid)).map_err(|source| {
+                ExecError::Io {
+                    what: format!("hand `{}` to the sandbox uid {uid}", outputs.display()),
+                    source,
+                }
+            })?;
+        }
+        Ok(Transfer { inputs, outputs })
+    }
+
     fn fresh_dir(&mut self, what: &str) -> Result<PathBuf, ExecError> {
         self.counter += 1;
         let d = self.dir.path().join(format!("{what}-{}", self.counter));
@@ -1008,61 +1093,87 @@ impl Session {
         Value::Array(v)
     }
 
-    /// The candidate's confinement and private HOME/TMPDIR under `root`.
+    /// `sol`'s own Triton and C++-extension cache directories: a candidate cannot plant
+    /// compiled kernels or extensions another solution would load.
+    fn solution_caches(&self, sol: &Solution) -> (PathBuf, PathBuf) {
+        let key = serde_json::to_vec(sol).unwrap_or_default();
+        let key = &kg_contract::io::sha256_hex(&key)[..16];
+        (
+            self.opts.cache_dir.join("triton").join(key),
+            self.opts.cache_dir.join("torch-extensions-v1").join(key),
+        )
+    }
+
+    /// The candidate's confinement: its filesystem view (the interpreter and worker scripts
+    /// readable, `root` and its own caches writable, everything else read-only, a private
+    /// `/tmp`), private HOME, and limits.
     fn candidate_spec(
-        &self,
+        &mut self,
         sol: &Solution,
-        problem_dir: &Path,
         workloads: usize,
         root: &Path,
     ) -> Result<WorkerSpec, ExecError> {
-        let mut spec = self.spec("candidate", "candidate.py", root);
-        if !self.opts.sandbox {
-            return Ok(spec);
-        }
-        for d in ["home", "tmp"] {
-            std::fs::create_dir_all(root.join(d)).map_err(|source| ExecError::Io {
-                what: format!("create `{}`", root.join(d).display()),
+        let paths = self.interpreter_paths()?;
+        let mut spec = self.spec(&paths, "candidate", "candidate.py", root);
+        let home = root.join("home");
+        std::fs::create_dir_all(&home).map_err(|source| ExecError::Io {
+            what: format!("create `{}`", home.display()),
+            source,
+        })?;
+        spec.env.push(("HOME".into(), home.display().to_string()));
+        let (triton, ext) = self.solution_caches(sol);
+        for d in [&triton, &ext] {
+            std::fs::create_dir_all(d).map_err(|source| ExecError::Io {
+                what: format!("create `{}`", d.display()),
                 source,
             })?;
         }
         spec.env
-            .push(("HOME".into(), root.join("home").display().to_string()));
-        spec.env
-            .push(("TMPDIR".into(), root.join("tmp").display().to_string()));
-        // HOME is private, so Triton's cache moves to ours, one per solution: a candidate
-        // cannot plant compiled kernels another solution would load.
-        if std::env::var_os("TRITON_CACHE_DIR").is_none() {
-            let key = serde_json::to_vec(sol).unwrap_or_default();
-            let key = &kg_contract::io::sha256_hex(&key)[..16];
-            let d = self.opts.cache_dir.join("triton").join(key);
+            .push(("TRITON_CACHE_DIR".into(), triton.display().to_string()));
+        if !self.opts.sandbox {
             spec.env
-                .push(("TRITON_CACHE_DIR".into(), d.display().to_string()));
+                .push(("TMPDIR".into(), root.join("tmp").display().to_string()));
+            std::fs::create_dir_all(root.join("tmp")).map_err(|source| ExecError::Io {
+                what: format!("create `{}`", root.join("tmp").display()),
+                source,
+            })?;
+            return Ok(spec);
         }
-        let problem_dir = problem_dir
-            .canonicalize()
-            .unwrap_or_else(|_| problem_dir.to_path_buf());
-        let scripts_dir = scripts::dir(self.dir.path());
-        let scripts_dir = scripts_dir.canonicalize().unwrap_or(scripts_dir);
+        spec.env.push(("TMPDIR".into(), "/tmp".into()));
+        // A uid with no account: libraries that ask who we are read these first.
+        for k in ["USER", "LOGNAME"] {
+            spec.env.push((k.into(), "kg-candidate".into()));
+        }
+        let mut read = paths.read;
+        read.push(scripts::dir(self.dir.path()));
+        read.extend(self.candidate_inputs.clone());
         let budget = self.opts.compile_timeout.as_secs()
             + self.opts.timeout.as_secs().saturating_mul(workloads as u64);
-        spec.sandbox = Some(Sandbox::candidate(vec![problem_dir, scripts_dir], budget));
+        let view = crate::sandbox::View {
+            read,
+            write: vec![root.to_path_buf(), triton, ext],
+            cwd: Some(root.to_path_buf()),
+            ..Default::default()
+        };
+        spec.sandbox = Some(Sandbox::candidate(view, budget, self.opts.memory_bytes));
         Ok(spec)
     }
 
     fn start_candidate(
         &mut self,
         sol: &Solution,
-        problem_dir: &Path,
         workloads: usize,
     ) -> Result<Result<Worker, (Status, String)>, ExecError> {
         let root = self.fresh_dir("cand")?;
+        self.candidate_root = Some(root.clone());
+        // The judge's side of the transfer: readable, never writable, by the candidate.
+        self.candidate_inputs = Some(self.fresh_dir("cand-in")?);
         let src = root.join("src");
         std::fs::create_dir_all(&src).map_err(|source| ExecError::Io {
             what: format!("create `{}`", src.display()),
             source,
         })?;
-        let spec = self.candidate_spec(sol, problem_dir, workloads, &root)?;
+        let spec = self.candidate_spec(sol, workloads, &root)?;
         let t0 = Instant::now();
         let mut w = match Worker::spawn(&spec, self.opts.compile_timeout, &self.cancel) {
             Ok(w) => w,
@@ -1081,7 +1192,7 @@ impl Session {
             "op": "load",
             "solution": sol,
             "source_dir": src,
-            "cache_dir": self.opts.cache_dir.join("torch-extensions-v1"),
+            "cache_dir": self.solution_caches(sol).1,
         });
         for req in [hello, load] {
             match w.request(&req, deadline, &self.cancel) {
@@ -1281,8 +1392,23 @@ impl Session {
                                 )));
                             }
                             let t0 = Instant::now();
-                            match self.start_candidate(sol, &problem.dir, total - index)? {
-                                Ok(c) => {
+                            match self.start_candidate(sol, total - index)? {
+                                Ok(mut c) => {
+                                    if self.opts.require_sandbox {
+                                        let report = c.isolation.clone().unwrap_or_default();
+                                        if !report.missing().is_empty() {
+                                            c.kill();
+                                            return Err(ExecError::SandboxIncomplete {
+                                                missing: report
+                                                    .layers
+                                                    .iter()
+                                                    .filter(|l| !l.held)
+                                                    .map(|l| format!("{} ({})", l.layer, l.detail))
+                                                    .collect::<Vec<_>>()
+                                                    .join(", "),
+                                            });
+                                        }
+                                    }
                                     startup_note = Some(format!(
                                         "candidate process start + import: {:.3} s",
                                         t0.elapsed().as_secs_f64()
@@ -1302,10 +1428,9 @@ impl Session {
                                 }
                                 o.log
                                     .push_str(&format!("harness: workload wall {wall:.3} s\n"));
-                                let i = c.isolation.as_deref().unwrap_or(
-                                    "isolation: none (--no-sandbox; problem directory snapshot-checked)",
-                                );
-                                o.log.push_str(&format!("harness: candidate {i}\n"));
+                                let i = c.isolation.clone().unwrap_or_default();
+                                o.log
+                                    .push_str(&format!("harness: candidate {}\n", i.summary()));
                                 if let Some(n) = startup_note.take() {
                                     o.log.push_str(&format!(
                                         "harness: {n}; first workload evaluated {:.3} s after the candidate process started\n",
@@ -1328,7 +1453,10 @@ impl Session {
                 Some(f) => f.check(&problem.definition.name, &w.workload.uuid, outcome),
                 None => outcome,
             };
-            let env = self.environment_now();
+            let mut env = self.environment_now();
+            env.isolation = candidate
+                .as_ref()
+                .map(|c| c.isolation.clone().unwrap_or_default());
             let trace = Trace {
                 definition: problem.definition.name.clone(),
                 solution: Some(sol.name.clone()),
@@ -1360,9 +1488,10 @@ impl Session {
         w: &LoadedWorkload,
         cand: &mut Worker,
     ) -> Result<Outcome, ExecError> {
-        let xfer = self.fresh_dir("xfer")?;
+        let xfer = self.transfer_dir(cand)?;
         let result = self.run_workload_in(problem, w, cand, &xfer);
-        let _ = std::fs::remove_dir_all(&xfer);
+        let _ = std::fs::remove_dir_all(&xfer.inputs);
+        let _ = std::fs::remove_dir_all(&xfer.outputs);
         let mut outcome = result?;
         let log = cand.take_log();
         if !log.is_empty() {
@@ -1425,7 +1554,7 @@ impl Session {
         problem: &Problem,
         w: &LoadedWorkload,
         cand: &mut Worker,
-        xfer: &Path,
+        xfer: &Transfer,
     ) -> Result<Outcome, ExecError> {
         let t_workload = Instant::now();
         let deadline = t_workload + self.opts.timeout;
@@ -1467,10 +1596,10 @@ impl Session {
         while next < rounds {
             let batch: Vec<u32> = (next..rounds.min(next + per_batch)).collect();
             batches += 1;
-            let out = xfer.join(format!("out_{}.bin", batch[0]));
+            let out = xfer.outputs.join(format!("out_{}.bin", batch[0]));
             let ins: Vec<PathBuf> = batch
                 .iter()
-                .map(|r| xfer.join(format!("in_{r}.pt")))
+                .map(|r| xfer.inputs.join(format!("in_{r}.pt")))
                 .collect();
             let generate = draws.is_some();
             let device_out = self.device_out(cand);
@@ -2017,8 +2146,8 @@ impl Session {
     }
 
     /// Where the judge writes sealed timed input sets for the candidate.
-    fn timed_inputs_path(xfer: &Path) -> PathBuf {
-        xfer.join("in_timed.pt")
+    fn timed_inputs_path(xfer: &Transfer) -> PathBuf {
+        xfer.inputs.join("in_timed.pt")
     }
 
     /// The judge's `prepare_timed` request: the timed input sets drawn from per-set seeds
@@ -2026,7 +2155,7 @@ impl Session {
     fn prepare_timed_request(
         &self,
         w: &LoadedWorkload,
-        xfer: &Path,
+        xfer: &Transfer,
         method_name: &str,
         generate: bool,
     ) -> Value {
@@ -2057,7 +2186,7 @@ impl Session {
         problem: &Problem,
         w: &LoadedWorkload,
         cand: &mut Worker,
-        xfer: &Path,
+        xfer: &Transfer,
         last_in: &Value,
         method_name: &str,
         budget: Option<f64>,
@@ -2259,7 +2388,7 @@ impl Session {
             Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
             Err(JudgeFail::Other(m)) => return Ok(Timed::fail(Status::RuntimeError, m)),
         };
-        let timed_out = xfer.join("out_timed.bin");
+        let timed_out = xfer.outputs.join("out_timed.bin");
         let save = json!({"op": "time_save", "indices": indices, "out": timed_out,
                           "device_out": self.device_out(cand)});
         // The judge runs its reference on the sampled sets while the candidate saves them.

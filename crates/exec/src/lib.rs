@@ -5,24 +5,31 @@
 //! # Design
 //! - [`python`]: finds the interpreter (`--python`, `$PYTHON_BIN`, `.venv/bin/python` in the
 //!   current directory or an ancestor, `python3`) and probes it (torch, triton, devices).
-//! - [`engine::Session`] is one device lane. It owns a private temp dir holding the embedded
-//!   worker scripts ([`scripts`]) and a long-lived **judge** process (trusted code only): the
+//! - [`engine::Session`] is one device lane. It owns a session directory under the runtime
+//!   directory ([`runtime`], swept of dead runs' leftovers) holding the embedded worker
+//!   scripts ([`scripts`]) and a long-lived **judge** process (trusted code only): the
 //!   judge generates inputs from a workload with a secret per-run seed (fresh inputs every
 //!   round), runs the reference, keeps the reference outputs in its memory and compares.
 //! - For each solution the session starts one **candidate** process (untrusted): it writes the
 //!   solution's sources into its own directory, imports the entry point (C++/CUDA through
 //!   `torch.utils.cpp_extension.load`, cached by source hash), runs and times it. It never sees
 //!   the seed or the reference outputs. A candidate that crashes, hangs or is killed is
-//!   replaced by a fresh process for the next workload.
+//!   replaced by a fresh process for the next workload. It runs in the [`sandbox`]: a
+//!   read-only view of the filesystem but its scratch, no privilege (an unprivileged uid when
+//!   we are root), seccomp, its own namespaces and limits, each layer observed from outside
+//!   and recorded in its traces. Both workers start as `python -I -S` with an explicit import
+//!   path, so no start-up file of the interpreter runs in them.
 //! - **Messages** travel as JSON lines on a per-worker socketpair the worker inherits (no
 //!   filesystem path), never on stdout, in the typed envelope of [`protocol`] and within its
 //!   per-message and per-request bounds. Worker stdout/stderr are drained on threads into
 //!   bounded (64 KiB, head + tail) buffers and end up in the trace's `log`.
-//! - **Tensors** travel as files in a per-workload directory: the judge writes the inputs
-//!   (`torch.save`, CPU tensors), the candidate loads them onto its device, clones them for
-//!   fresh pointers, calls the solution, and writes its outputs, which the judge reads with
-//!   `torch.load(weights_only=True)` (no code execution from candidate files). Only the
-//!   candidate's calls are timed, on device-resident tensors.
+//! - **Tensors** travel as files in two per-workload directories: the judge writes the inputs
+//!   into one the candidate can only read (never into a directory the candidate controls,
+//!   where a planted symlink would redirect the judge's write), the candidate writes its
+//!   outputs as raw bytes behind a checked header into one of its own, which the judge opens
+//!   without following symlinks (or hands them over in device memory); no pickle of the
+//!   candidate's is ever loaded. Only the candidate's calls are timed, on device-resident
+//!   tensors.
 //! - [`integrity`]: checks made from outside the candidate. Timed calls run on distinct
 //!   judge-generated input sets (one per timed iteration); after timing the judge samples
 //!   which timed outputs to check; the parent measures wall time around the timed batch (dual
@@ -50,6 +57,7 @@ pub mod integrity;
 pub mod process;
 pub mod protocol;
 pub mod python;
+pub mod runtime;
 pub mod sandbox;
 pub mod scripts;
 

@@ -420,7 +420,14 @@ pub struct WorkerSpec {
     pub label: String,
     /// OS confinement (the untrusted candidate); `None` for the trusted judge.
     pub sandbox: Option<crate::sandbox::Sandbox>,
+    /// Start without the site module (`-S`), with this import path handed over in
+    /// [`SYS_PATH_ENV`] (`crate::python::InterpreterPaths`): no start-up code of the
+    /// interpreter's site directories runs in the worker. `None`: the site module runs.
+    pub sys_path: Option<Vec<String>>,
 }
+
+/// The environment variable carrying a `-S` worker's import path (JSON list; `kgcommon`).
+pub const SYS_PATH_ENV: &str = "KG_SYS_PATH";
 
 /// The aside handler of a request that expects none: every aside gets an error reply.
 pub fn no_asides(_: &Aside) -> AsideReply {
@@ -452,8 +459,12 @@ pub struct Worker {
     fds: UnixStream,
     /// When the process was started.
     pub started: Instant,
-    /// The confinement observed on the running process (`sandbox::Observed::summary`).
-    pub isolation: Option<String>,
+    /// The confinement observed on the running process (`None`: not sandboxed).
+    pub isolation: Option<kg_contract::IsolationReport>,
+    /// The uid/gid it runs as where the sandbox changed it (its files are handed to it).
+    pub sandbox_uid: Option<(u32, u32)>,
+    /// Its cgroup, removed after the process group is gone (fields drop after `Drop::drop`).
+    cgroup: Option<crate::sandbox::cgroup::Cgroup>,
 }
 
 impl Worker {
@@ -482,9 +493,13 @@ impl Worker {
             what: "make the protocol channel".into(),
             source,
         })?;
-        cmd.arg("-I")
-            .arg("-B")
-            .arg(&spec.script)
+        cmd.arg("-I").arg("-B");
+        if let Some(paths) = &spec.sys_path {
+            // A list of strings always serialises.
+            let list = serde_json::to_string(paths).unwrap_or_else(|_| "[]".into());
+            cmd.arg("-S").env(SYS_PATH_ENV, list);
+        }
+        cmd.arg(&spec.script)
             .arg(theirs_chan.as_raw_fd().to_string())
             .arg(std::process::id().to_string())
             .current_dir(&spec.cwd)
@@ -497,9 +512,7 @@ impl Worker {
         for (k, v) in &spec.env {
             cmd.env(k, v);
         }
-        if let Some(sb) = &spec.sandbox {
-            sb.apply(&mut cmd);
-        }
+        let cgroup = spec.sandbox.as_ref().and_then(|sb| sb.apply(&mut cmd));
         let (fds, theirs) = UnixStream::pair().map_err(|source| WorkerError::Io {
             what: "make the descriptor channel".into(),
             source,
@@ -551,6 +564,11 @@ impl Worker {
             fds,
             started,
             isolation: None,
+            sandbox_uid: spec
+                .sandbox
+                .as_ref()
+                .and_then(crate::sandbox::Sandbox::drops_to),
+            cgroup,
         };
         // The worker's first message says it serves requests (what connecting to the socket
         // said before): a worker that never gets there times out or dies here, with its log.
@@ -578,10 +596,19 @@ impl Worker {
         }
         // Observed once it is ready: by then the interpreter runs under whatever took effect.
         w.isolation = spec.sandbox.as_ref().map(|sb| {
-            crate::sandbox::observe(pid, &sb.read_only).map_or_else(
-                || "isolation: could not be observed (/proc unreadable)".to_string(),
-                |o| o.summary(),
-            )
+            crate::sandbox::observe(pid, &sb.expected(w.cgroup.as_ref())).unwrap_or_else(|| {
+                kg_contract::IsolationReport {
+                    sandboxed: true,
+                    layers: kg_contract::Layer::ALL
+                        .iter()
+                        .map(|&layer| kg_contract::LayerState {
+                            layer,
+                            held: false,
+                            detail: "could not be observed (/proc unreadable)".into(),
+                        })
+                        .collect(),
+                }
+            })
         });
         Ok(w)
     }
@@ -1019,7 +1046,9 @@ mod tests {
         )
         .unwrap();
         let spec = WorkerSpec {
-            python: PathBuf::from(std::env::var("PYTHON_BIN").unwrap_or_else(|_| "python3".into())),
+            python: crate::python::sandbox_paths(&test_python())
+                .unwrap()
+                .executable,
             script,
             cwd: dir.to_path_buf(),
             env: Vec::new(),
@@ -1027,6 +1056,7 @@ mod tests {
             bounds: Bounds::default(),
             label: label.into(),
             sandbox,
+            sys_path: None,
         };
         Worker::spawn(&spec, Duration::from_secs(30), &CancelToken::new()).unwrap()
     }
@@ -1036,7 +1066,21 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("payload");
         std::fs::write(&file, "what the pool holds").unwrap();
-        let sb = crate::sandbox::Sandbox::candidate(vec![dir.path().to_path_buf()], 60);
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        let python = test_python();
+        let paths = crate::python::sandbox_paths(&python).unwrap();
+        let mut read = paths.read;
+        read.push(dir.path().to_path_buf());
+        let view = crate::sandbox::View {
+            read,
+            cwd: Some(dir.path().to_path_buf()),
+            ..Default::default()
+        };
+        let sb = crate::sandbox::Sandbox::candidate(view, 60, 1 << 30);
         let mut from = fd_worker(dir.path(), Some(sb), "candidate");
         let mut to = fd_worker(dir.path(), None, "judge");
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -1126,6 +1170,7 @@ mod tests {
             bounds,
             label: "raw".into(),
             sandbox: None,
+            sys_path: None,
         };
         Worker::spawn(&spec, connect, &CancelToken::new())
     }

@@ -525,6 +525,22 @@ def test_outputs_file_with_a_huge_header_or_another_magic_is_refused(tmp_path):
         kg.read_outputs(p, torch.device("cpu"))
 
 
+def test_outputs_planted_as_a_symlink_or_a_fifo_are_refused_without_following_or_blocking(tmp_path):
+    """The judge (maybe root) reads outputs from the candidate's own directory: a symlink there
+    could point it at any file, a FIFO would block it until the workload's timeout."""
+    real = tmp_path / "real.bin"
+    kg.write_outputs(str(real), [[torch.ones(4)]], torch.device("cpu"))
+    link = tmp_path / "out_0.bin"
+    os.symlink(real, link)
+    with pytest.raises(ValueError, match="cannot open"):
+        kg.read_outputs(str(link), torch.device("cpu"))
+    fifo = tmp_path / "out_1.bin"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="not a regular file"):
+        kg.read_outputs(str(fifo), torch.device("cpu"))
+    assert kg.read_outputs(str(real), torch.device("cpu"))
+
+
 def test_outputs_read_on_the_cpu_are_not_overwritten_by_the_next_read(tmp_path):
     cpu = torch.device("cpu")
     a, b = str(tmp_path / "a.bin"), str(tmp_path / "b.bin")
