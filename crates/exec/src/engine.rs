@@ -1155,7 +1155,11 @@ impl Session {
             cwd: Some(root.to_path_buf()),
             ..Default::default()
         };
-        spec.sandbox = Some(Sandbox::candidate(view, budget, self.opts.memory_bytes));
+        let mut sb = Sandbox::candidate(view, budget, self.opts.memory_bytes);
+        // No GPU runtime in a CPU worker: nothing legitimate there needs shared anonymous
+        // memory, so RLIMIT_DATA becomes a real bound.
+        sb.refuse_shared_memory = self.opts.device.is_cpu();
+        spec.sandbox = Some(sb);
         Ok(spec)
     }
 

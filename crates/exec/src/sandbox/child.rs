@@ -121,8 +121,11 @@ pub(crate) fn confine(p: &mut ChildPlan) {
         }
     }
     if p.no_network {
+        // A private IPC namespace too: no System V shared memory or message queues of the
+        // host's to attach to (nor to fill outside the memory limit).
         // SAFETY: as above.
-        let _ = unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNET) };
+        let _ =
+            unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNET | UnshareFlags::NEWIPC) };
     }
     if p.mounts.is_some() || p.pid_namespace {
         // SAFETY: as above.

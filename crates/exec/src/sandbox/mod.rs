@@ -92,6 +92,10 @@ pub struct Sandbox {
     pub no_privileges: bool,
     /// Install the seccomp filter.
     pub seccomp: bool,
+    /// The filter also refuses the memory RLIMIT_DATA does not count (shared anonymous
+    /// mappings, memfds, System V shared memory), so that limit bounds each process; off where
+    /// a GPU runtime runs in the worker (its use of them is not verified).
+    pub refuse_shared_memory: bool,
     /// Also limit memory (`limits.data_bytes`) and processes (`limits.processes`) through a
     /// cgroup v2 of its own, where the host delegates one ([`cgroup`]).
     pub cgroup: bool,
@@ -128,7 +132,7 @@ impl Sandbox {
             view.private_tmp = vec![PathBuf::from("/tmp"), PathBuf::from("/dev/shm")];
         }
         if view.tmp_bytes == 0 {
-            view.tmp_bytes = (memory_bytes / 4).clamp(64 << 20, 4 << 30);
+            view.tmp_bytes = (memory_bytes / 8).clamp(64 << 20, 4 << 30);
         }
         Sandbox {
             limits: Limits {
@@ -145,6 +149,7 @@ impl Sandbox {
             user: Some((SANDBOX_UID, SANDBOX_UID)),
             no_privileges: true,
             seccomp: true,
+            refuse_shared_memory: false,
             cgroup: true,
         }
     }
@@ -176,6 +181,7 @@ impl Sandbox {
                 .map(|v| v.private_tmp.iter().map(canon).collect())
                 .unwrap_or_default(),
             cgroup: cgroup.map(|c| c.dir().to_path_buf()),
+            shared_memory_refused: self.seccomp && self.refuse_shared_memory,
         }
     }
 
@@ -236,7 +242,9 @@ impl Sandbox {
             mounts,
             drop_to,
             no_privileges: self.no_privileges,
-            seccomp: self.seccomp.then(seccomp::program),
+            seccomp: self
+                .seccomp
+                .then(|| seccomp::program(self.refuse_shared_memory)),
         };
         // SAFETY: the closure runs in the forked child before exec; it only makes raw system
         // calls (no allocation, no locks) on data prepared above.

@@ -17,6 +17,8 @@ pub struct Expected {
     pub private_tmp: Vec<PathBuf>,
     /// The cgroup made for it, if one was.
     pub cgroup: Option<PathBuf>,
+    /// Its seccomp filter refuses shared anonymous memory, memfds and System V shared memory.
+    pub shared_memory_refused: bool,
 }
 
 /// The worker process: the relay's child where a PID namespace took effect, else `pid` itself.
@@ -67,13 +69,14 @@ pub fn observe(pid: u32, want: &Expected) -> Option<IsolationReport> {
     };
 
     let net = differs("net");
+    let ipc = differs("ipc");
     push(
         Layer::NetworkNamespace,
         net,
-        if net {
-            "no network"
-        } else {
-            "the OS refused a network namespace"
+        match (net, ipc) {
+            (true, true) => "no network, private IPC namespace",
+            (true, false) => "no network (the IPC namespace is the host's)",
+            _ => "the OS refused a network namespace",
         }
         .into(),
     );
@@ -217,16 +220,22 @@ pub fn observe(pid: u32, want: &Expected) -> Option<IsolationReport> {
         .cgroup
         .as_deref()
         .and_then(|d| super::cgroup::holds(worker, d));
+    // RLIMIT_DATA alone does not count shared anonymous mappings, memfds or pinned host memory:
+    // it bounds a process only where its filter refuses those (and tmpfs is size-limited).
+    let data_bounds = data.is_some() && seccomp && want.shared_memory_refused;
     push(
         Layer::MemoryLimit,
-        data.is_some() || cg.is_some(),
+        cg.is_some() || data_bounds,
         match (cg, data) {
             (Some(m), _) => {
                 format!("cgroup v2 memory.max {m} bytes for all its processes, no swap")
             }
-            (None, Some(v)) => {
-                format!("RLIMIT_DATA {v} bytes per process (no cgroup v2 delegated)")
-            }
+            (None, Some(v)) if data_bounds => format!(
+                "RLIMIT_DATA {v} bytes per process, shared anonymous memory, memfds and System V shared memory refused (not summed over its processes; no cgroup v2 delegated)"
+            ),
+            (None, Some(v)) => format!(
+                "RLIMIT_DATA {v} bytes per process only: shared, memfd and pinned host memory are not counted, and no cgroup v2 is delegated"
+            ),
             (None, None) => "no memory limit".into(),
         },
     );

@@ -19,6 +19,7 @@ const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
 const BPF_JMP_JGE_K: u16 = 0x05 | 0x30;
 const BPF_JMP_JSET_K: u16 = 0x05 | 0x40;
 const BPF_RET_K: u16 = 0x06;
+const BPF_ALU_AND_K: u16 = 0x04 | 0x50;
 
 const RET_ALLOW: u32 = 0x7fff_0000;
 const RET_KILL_PROCESS: u32 = 0x8000_0000;
@@ -28,6 +29,10 @@ const RET_ERRNO: u32 = 0x0005_0000;
 const OFF_NR: u32 = 0;
 const OFF_ARCH: u32 = 4;
 const OFF_ARG0_LO: u32 = 16;
+const OFF_ARG3_LO: u32 = 16 + 3 * 8;
+
+/// `mmap` flags that together make memory no per-process limit counts.
+const MAP_SHARED_ANON: u32 = (libc::MAP_SHARED | libc::MAP_ANONYMOUS) as u32;
 
 #[cfg(target_arch = "x86_64")]
 const AUDIT_ARCH: u32 = 0xC000_003E;
@@ -120,8 +125,10 @@ fn jump(code: u16, k: u32, jt: u8, jf: u8) -> Insn {
     Insn { code, jt, jf, k }
 }
 
-/// The whole filter program.
-pub(crate) fn program() -> Vec<Insn> {
+/// The whole filter program. `refuse_shared_memory`: also refuse memory RLIMIT_DATA does not
+/// count (shared anonymous `mmap`, `memfd_create`, System V shared memory), where that limit is
+/// the worker's only memory bound.
+pub(crate) fn program(refuse_shared_memory: bool) -> Vec<Insn> {
     let mut p = vec![
         stmt(BPF_LD_W_ABS, OFF_ARCH),
         jump(BPF_JMP_JEQ_K, AUDIT_ARCH, 1, 0),
@@ -135,9 +142,21 @@ pub(crate) fn program() -> Vec<Insn> {
         p.push(stmt(BPF_RET_K, RET_KILL_PROCESS));
     }
     let eperm = RET_ERRNO | libc::EPERM as u32;
-    for nr in denied() {
+    let mut deny = denied();
+    if refuse_shared_memory {
+        deny.extend([libc::SYS_memfd_create, libc::SYS_shmget, libc::SYS_shmat]);
+    }
+    for nr in deny {
         p.push(jump(BPF_JMP_JEQ_K, nr as u32, 0, 1));
         p.push(stmt(BPF_RET_K, eperm));
+    }
+    if refuse_shared_memory {
+        p.push(jump(BPF_JMP_JEQ_K, libc::SYS_mmap as u32, 0, 5));
+        p.push(stmt(BPF_LD_W_ABS, OFF_ARG3_LO));
+        p.push(stmt(BPF_ALU_AND_K, MAP_SHARED_ANON));
+        p.push(jump(BPF_JMP_JEQ_K, MAP_SHARED_ANON, 0, 1));
+        p.push(stmt(BPF_RET_K, RET_ERRNO | libc::ENOMEM as u32));
+        p.push(stmt(BPF_RET_K, RET_ALLOW));
     }
     p.push(jump(BPF_JMP_JEQ_K, libc::SYS_clone3 as u32, 0, 1));
     p.push(stmt(BPF_RET_K, RET_ERRNO | libc::ENOSYS as u32));
@@ -173,6 +192,10 @@ mod tests {
 
     /// Runs `prog` the way the kernel would on (nr, arch, arg0) and returns the action.
     fn eval(prog: &[Insn], nr: u32, arch: u32, arg0: u32) -> u32 {
+        eval_args(prog, nr, arch, arg0, 0)
+    }
+
+    fn eval_args(prog: &[Insn], nr: u32, arch: u32, arg0: u32, arg3: u32) -> u32 {
         let mut acc = 0u32;
         let mut pc = 0usize;
         loop {
@@ -183,9 +206,11 @@ mod tests {
                         OFF_NR => nr,
                         OFF_ARCH => arch,
                         OFF_ARG0_LO => arg0,
+                        OFF_ARG3_LO => arg3,
                         k => panic!("load of offset {k}"),
                     };
                 }
+                BPF_ALU_AND_K => acc &= i.k,
                 BPF_RET_K => return i.k,
                 BPF_JMP_JEQ_K | BPF_JMP_JGE_K | BPF_JMP_JSET_K => {
                     let hit = match i.code {
@@ -203,7 +228,7 @@ mod tests {
 
     #[test]
     fn the_filter_refuses_what_it_lists_and_allows_the_rest() {
-        let p = program();
+        let p = program(false);
         assert!(p.len() < 4096);
         let eperm = RET_ERRNO | libc::EPERM as u32;
         for nr in [
@@ -255,11 +280,34 @@ mod tests {
         );
     }
 
+    #[test]
+    fn shared_anonymous_memory_is_refused_only_when_asked() {
+        let anon_shared = MAP_SHARED_ANON;
+        let anon_private = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u32;
+        let shared_file = libc::MAP_SHARED as u32;
+        let mmap = libc::SYS_mmap as u32;
+        let on = program(true);
+        let enomem = RET_ERRNO | libc::ENOMEM as u32;
+        assert_eq!(eval_args(&on, mmap, AUDIT_ARCH, 0, anon_shared), enomem);
+        assert_eq!(eval_args(&on, mmap, AUDIT_ARCH, 0, anon_private), RET_ALLOW);
+        assert_eq!(eval_args(&on, mmap, AUDIT_ARCH, 0, shared_file), RET_ALLOW);
+        assert_eq!(
+            eval(&on, libc::SYS_memfd_create as u32, AUDIT_ARCH, 0),
+            RET_ERRNO | libc::EPERM as u32
+        );
+        let off = program(false);
+        assert_eq!(eval_args(&off, mmap, AUDIT_ARCH, 0, anon_shared), RET_ALLOW);
+        assert_eq!(
+            eval(&off, libc::SYS_memfd_create as u32, AUDIT_ARCH, 0),
+            RET_ALLOW
+        );
+    }
+
     /// The filter installed in a real child: `unshare` and `mount` fail with EPERM there, a
     /// plain write still works.
     #[test]
     fn an_installed_filter_refuses_unshare_in_a_child() {
-        let prog = program();
+        let prog = program(true);
         // SAFETY: fork in a test; the child only makes raw system calls, then _exit.
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0);

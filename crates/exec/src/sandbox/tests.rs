@@ -32,6 +32,7 @@ fn bare() -> Sandbox {
         user: None,
         no_privileges: false,
         seccomp: false,
+        refuse_shared_memory: false,
         cgroup: false,
     }
 }
@@ -86,6 +87,7 @@ fn every_layer_holds_in_a_real_child() {
     };
     let mut sb = Sandbox::candidate(view, 60, 1 << 30);
     sb.limits.open_files = Some(77);
+    sb.refuse_shared_memory = true;
     let mut cmd = Command::new("sh");
     cmd.arg("-c").arg(
         r#"echo "uid $(id -u)"; echo "nofile $(ulimit -n)"; echo "data $(ulimit -d)";
@@ -197,4 +199,38 @@ fn only_mapped_ids_are_dropped_to() {
         SANDBOX_UID
     ));
     assert!(map_contains("0 1000 1\n1 100000 65536\n", SANDBOX_UID));
+}
+
+/// RLIMIT_DATA alone is no memory limit (shared mappings escape it); with shared memory refused
+/// by the filter it is.
+#[test]
+fn only_a_limit_that_counts_shared_mappings_is_reported_as_held() {
+    let held = |bound: bool| {
+        let mut sb = Sandbox::candidate(View::default(), 60, 1 << 30);
+        sb.cgroup = false;
+        sb.refuse_shared_memory = bound;
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg("read _");
+        cmd.stdin(std::process::Stdio::piped());
+        let cg = sb.apply(&mut cmd);
+        let mut child = cmd.spawn().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let seen = observe(child.id(), &sb.expected(cg.as_ref())).unwrap();
+        drop(child.stdin.take());
+        child.wait().unwrap();
+        seen.layers
+            .into_iter()
+            .find(|l| l.layer == Layer::MemoryLimit)
+            .unwrap()
+    };
+    let data_only = held(false);
+    assert!(!data_only.held, "{}", data_only.detail);
+    assert!(
+        data_only.detail.contains("not counted"),
+        "{}",
+        data_only.detail
+    );
+    let bounded = held(true);
+    assert!(bounded.held, "{}", bounded.detail);
+    assert!(bounded.detail.contains("refused"), "{}", bounded.detail);
 }
