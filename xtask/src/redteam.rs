@@ -28,7 +28,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use kg_contract::{Status, Trace};
+use kg_contract::{Layer, Status, Trace};
 use serde_json::Value;
 
 const MANIFEST: &str = "fixtures/adversarial/manifest.json";
@@ -773,6 +773,25 @@ impl Verdict {
 /// as KNOWN-GAP; a known gap that was stopped is an error until the manifest says so.
 fn judge(c: &Case, g: &Got) -> (Verdict, String) {
     let (v, why) = judge_case(c, g);
+    // A case that needs the memory limit got through where kg-bench itself reported that
+    // layer missing (no cgroup v2 delegated on a GPU host): the trace does not claim the
+    // limit, and --require-sandbox refuses to run there. Listed as a gap of this host.
+    let other_side = side_effects(g)
+        .into_iter()
+        .filter(|s| !s.starts_with(FORBIDDEN_LOG))
+        .count();
+    if v == Verdict::Missed
+        && c.requires.as_deref() == Some("memory-limit")
+        && other_side == 0
+        && let Some(detail) = reported_missing(g, Layer::MemoryLimit)
+    {
+        return (
+            Verdict::KnownGap,
+            format!(
+                "{why}; known gap of this host: every trace reports memory_limit MISSING ({detail}), so no PASS here claims it and --require-sandbox refuses to run"
+            ),
+        );
+    }
     match (&c.known_gap, v) {
         (Some(gap), Verdict::Missed) if side_effects(g).is_empty() => {
             (Verdict::KnownGap, format!("{why}; known gap: {gap}"))
@@ -785,6 +804,27 @@ fn judge(c: &Case, g: &Got) -> (Verdict, String) {
         ),
         _ => (v, why),
     }
+}
+
+/// The detail of `layer` where every trace of the case reports it as not held.
+fn reported_missing(g: &Got, layer: Layer) -> Option<String> {
+    let mut detail = None;
+    for t in &g.traces {
+        let l = t
+            .evaluation
+            .as_ref()?
+            .environment
+            .isolation
+            .as_ref()?
+            .layers
+            .iter()
+            .find(|l| l.layer == layer)?;
+        if l.held {
+            return None;
+        }
+        detail = Some(l.detail.clone());
+    }
+    detail
 }
 
 /// What a case left behind or broke outside its traces (each a miss whatever the statuses).
@@ -1576,13 +1616,16 @@ fn missing_log(want: Option<&str>, traces: &[Trace]) -> Option<String> {
 }
 
 /// The case's `log_lacks` text when a trace log contains it (the candidate got past a limit).
+/// How a `log_lacks` breach starts.
+const FORBIDDEN_LOG: &str = "a trace log says:";
+
 fn forbidden_log(text: Option<&str>, traces: &[Trace]) -> Option<String> {
     let text = text?;
     traces
         .iter()
         .filter_map(|t| t.evaluation.as_ref())
         .find_map(|e| e.log.lines().find(|l| l.contains(text)))
-        .map(|l| format!("a trace log says: {}", clip(l.trim(), 160)))
+        .map(|l| format!("{FORBIDDEN_LOG} {}", clip(l.trim(), 160)))
 }
 
 /// Peak resident memory of a live process (VmHWM), in MiB.
@@ -1727,6 +1770,37 @@ mod tests {
             trace_file: vec![],
             limits: vec![],
         }
+    }
+
+    #[test]
+    fn a_memory_miss_where_the_trace_reports_the_layer_missing_is_a_host_gap_not_a_pass() {
+        let mut c = case(None);
+        c.requires = Some("memory-limit".into());
+        let layer = |held: bool| kg_contract::IsolationReport {
+            sandboxed: true,
+            layers: vec![kg_contract::LayerState {
+                layer: Layer::MemoryLimit,
+                held,
+                detail: "RLIMIT_DATA only".into(),
+            }],
+        };
+        let with = |held: bool| {
+            let mut t = trace("INCORRECT_NUMERICAL", 0.0);
+            if let Some(e) = t.evaluation.as_mut() {
+                e.environment.isolation = Some(layer(held));
+                e.log = "MEMORY LIMIT BYPASSED".into();
+            }
+            let mut g = got(vec![t.clone()], vec![]);
+            g.limits
+                .extend(forbidden_log(Some("MEMORY LIMIT BYPASSED"), &[t]));
+            g
+        };
+        let (v, why) = judge(&c, &with(false));
+        assert_eq!(v, Verdict::KnownGap, "{why}");
+        assert!(why.contains("memory_limit MISSING"), "{why}");
+        // Where the trace claims the limit held, the same bypass is a miss.
+        let (v, _) = judge(&c, &with(true));
+        assert_eq!(v, Verdict::Missed);
     }
 
     #[test]
