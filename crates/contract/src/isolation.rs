@@ -108,6 +108,32 @@ impl IsolationReport {
             .collect()
     }
 
+    /// A report of every layer as not held, for a worker whose confinement could not be
+    /// observed (`why`).
+    pub fn unobserved(why: &str) -> IsolationReport {
+        IsolationReport {
+            sandboxed: true,
+            layers: Layer::ALL
+                .iter()
+                .map(|&layer| LayerState {
+                    layer,
+                    held: false,
+                    detail: why.to_string(),
+                })
+                .collect(),
+        }
+    }
+
+    /// The layers that did not hold, each with what was seen: `a (why), b (why)`.
+    pub fn missing_detail(&self) -> String {
+        self.layers
+            .iter()
+            .filter(|l| !l.held)
+            .map(|l| format!("{} ({})", l.layer, l.detail))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// One line for people: `held: a, b; MISSING: c (why)`.
     pub fn summary(&self) -> String {
         if !self.sandboxed {
@@ -119,15 +145,10 @@ impl IsolationReport {
             .filter(|l| l.held)
             .map(|l| l.layer.as_str())
             .collect();
-        let missing: Vec<String> = self
-            .layers
-            .iter()
-            .filter(|l| !l.held)
-            .map(|l| format!("{} ({})", l.layer, l.detail))
-            .collect();
         let mut s = format!("isolation: held {}", held.join(", "));
+        let missing = self.missing_detail();
         if !missing.is_empty() {
-            s.push_str(&format!("; MISSING {}", missing.join(", ")));
+            s.push_str(&format!("; MISSING {missing}"));
         }
         s
     }

@@ -1403,13 +1403,7 @@ impl Session {
                                         if !report.missing().is_empty() {
                                             c.kill();
                                             return Err(ExecError::SandboxIncomplete {
-                                                missing: report
-                                                    .layers
-                                                    .iter()
-                                                    .filter(|l| !l.held)
-                                                    .map(|l| format!("{} ({})", l.layer, l.detail))
-                                                    .collect::<Vec<_>>()
-                                                    .join(", "),
+                                                missing: report.missing_detail(),
                                             });
                                         }
                                     }

@@ -597,17 +597,7 @@ impl Worker {
         // Observed once it is ready: by then the interpreter runs under whatever took effect.
         w.isolation = spec.sandbox.as_ref().map(|sb| {
             crate::sandbox::observe(pid, &sb.expected(w.cgroup.as_ref())).unwrap_or_else(|| {
-                kg_contract::IsolationReport {
-                    sandboxed: true,
-                    layers: kg_contract::Layer::ALL
-                        .iter()
-                        .map(|&layer| kg_contract::LayerState {
-                            layer,
-                            held: false,
-                            detail: "could not be observed (/proc unreadable)".into(),
-                        })
-                        .collect(),
-                }
+                kg_contract::IsolationReport::unobserved("could not be observed (/proc unreadable)")
             })
         });
         Ok(w)
