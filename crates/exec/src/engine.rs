@@ -67,7 +67,8 @@ pub struct EvalOptions {
     /// Refuse to evaluate when any sandbox layer did not hold on the candidate
     /// ([`ExecError::SandboxIncomplete`]), instead of recording the missing layer in the trace.
     pub require_sandbox: bool,
-    /// Memory limit of each candidate process (RLIMIT_DATA), bytes.
+    /// The candidate's memory limit, bytes: a cgroup v2 `memory.max` where one is delegated,
+    /// else RLIMIT_DATA per process (`crate::sandbox`).
     pub memory_bytes: u64,
     /// Speed-of-light floor: T_SOL (ms) per (definition, workload uuid), and where it came
     /// from; a PASSED latency below it becomes REWARD_HACK (`kg-bench evaluate --sol`).
