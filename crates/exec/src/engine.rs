@@ -1304,29 +1304,12 @@ impl Session {
             Ok(t) => (t, None),
             Err(e) => (finished, Some(e)),
         };
-        let (added, changed) = integrity::dir_changes(&before, &problem.dir);
-        if !added.is_empty() || !changed.is_empty() {
-            integrity::remove_added(&problem.dir, &added);
-            let list = |v: &[PathBuf]| {
-                v.iter()
-                    .take(10)
-                    .map(|p| p.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
-            let mut msg = format!(
-                "the candidate wrote into the problem directory `{}` after its last workload was judged (e.g. from an exit handler or a thread)",
-                problem.dir.display()
-            );
-            if !added.is_empty() {
-                msg.push_str(&format!("; added (now removed): {}", list(&added)));
-            }
-            if !changed.is_empty() {
-                msg.push_str(&format!(
-                    "; changed or removed (NOT restored): {}",
-                    list(&changed)
-                ));
-            }
+        if let Some(msg) = problem_dir_tampering(
+            &problem.dir,
+            &before,
+            "after its last workload was judged (e.g. from an exit handler or a thread)",
+            "changed or removed (NOT restored)",
+        ) {
             tracing::error!(dir = %problem.dir.display(), "{msg}");
             for t in &mut traces {
                 if let Some(ev) = t.evaluation.as_mut() {
@@ -2682,11 +2665,18 @@ impl Timed {
     }
 }
 
-/// REWARD_HACK when the candidate wrote into the problem directory (what it added is removed).
-fn guard_problem_dir(dir: &Path, before: &integrity::DirSnapshot, outcome: Outcome) -> Outcome {
+/// What the candidate changed in the problem directory since `before`, as one log line
+/// (`when`, then the files it added, which are removed here, and those under `changed_label`),
+/// or None when nothing changed.
+fn problem_dir_tampering(
+    dir: &Path,
+    before: &integrity::DirSnapshot,
+    when: &str,
+    changed_label: &str,
+) -> Option<String> {
     let (added, changed) = integrity::dir_changes(before, dir);
     if added.is_empty() && changed.is_empty() {
-        return outcome;
+        return None;
     }
     integrity::remove_added(dir, &added);
     let list = |v: &[PathBuf]| {
@@ -2700,12 +2690,24 @@ fn guard_problem_dir(dir: &Path, before: &integrity::DirSnapshot, outcome: Outco
         "the candidate wrote into the problem directory `{}`",
         dir.display()
     );
+    if !when.is_empty() {
+        msg.push(' ');
+        msg.push_str(when);
+    }
     if !added.is_empty() {
         msg.push_str(&format!("; added (now removed): {}", list(&added)));
     }
     if !changed.is_empty() {
-        msg.push_str(&format!("; changed or removed: {}", list(&changed)));
+        msg.push_str(&format!("; {changed_label}: {}", list(&changed)));
     }
+    Some(msg)
+}
+
+/// REWARD_HACK when the candidate wrote into the problem directory (what it added is removed).
+fn guard_problem_dir(dir: &Path, before: &integrity::DirSnapshot, outcome: Outcome) -> Outcome {
+    let Some(mut msg) = problem_dir_tampering(dir, before, "", "changed or removed") else {
+        return outcome;
+    };
     msg.push('\n');
     msg.push_str(&outcome.log);
     Outcome::fail(Status::RewardHack, msg)

@@ -438,6 +438,17 @@ pub fn no_asides(_: &Aside) -> AsideReply {
 /// the cancel flag and the process.
 const READ_TICK: Duration = Duration::from_millis(100);
 
+/// A channel read or write that only ran out of its tick (or was interrupted): check the
+/// deadline and the process, then try again.
+fn wait_and_retry(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock
+            | std::io::ErrorKind::TimedOut
+            | std::io::ErrorKind::Interrupted
+    )
+}
+
 /// A running worker process with its protocol channel and captured output.
 #[derive(Debug)]
 pub struct Worker {
@@ -756,13 +767,7 @@ impl Worker {
             match (&self.chan).write(&bytes[sent..]) {
                 Ok(0) => return Err(self.wait_died()),
                 Ok(n) => sent += n,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock
-                            | std::io::ErrorKind::TimedOut
-                            | std::io::ErrorKind::Interrupted
-                    ) => {}
+                Err(e) if wait_and_retry(&e) => {}
                 Err(source) => return Err(self.classify_failure(source)),
             }
             if sent < bytes.len() {
@@ -826,13 +831,7 @@ impl Worker {
                         return Err(self.protocol_failure(ProtocolError::RequestTooLarge { limit }));
                     }
                 }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock
-                            | std::io::ErrorKind::TimedOut
-                            | std::io::ErrorKind::Interrupted
-                    ) => {}
+                Err(e) if wait_and_retry(&e) => {}
                 Err(source) => return Err(self.classify_failure(source)),
             }
             self.check_waiting(started, deadline, cancel)?;
