@@ -264,6 +264,11 @@ pub struct Evaluation {
     /// ISO 8601 time of the result.
     #[serde(default)]
     pub timestamp: String,
+    /// Wall-clock seconds the harness spent on this workload, from its first request to its
+    /// verdict (kernelgate addition; absent in upstream traces and for workloads that never
+    /// reached the candidate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wall_s: Option<f64>,
 }
 
 /// An evaluation whose `correctness` / `performance` presence contradicts its status.

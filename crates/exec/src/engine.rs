@@ -1362,6 +1362,7 @@ impl Session {
                 index,
                 total,
             });
+            let mut wall_s = None;
             let outcome = match self.ensure_judge(problem)? {
                 Err(msg) => Outcome::fail(
                     Status::InvalidReference,
@@ -1405,6 +1406,7 @@ impl Session {
                                 let t = Instant::now();
                                 let mut o = self.run_workload(problem, w, c)?;
                                 let wall = t.elapsed().as_secs_f64();
+                                wall_s = Some(wall);
                                 if !o.log.is_empty() && !o.log.ends_with('\n') {
                                     o.log.push('\n');
                                 }
@@ -1450,6 +1452,7 @@ impl Session {
                     performance: outcome.performance,
                     environment: env,
                     timestamp: now_iso(),
+                    wall_s,
                 }),
                 // Chained and sealed by the writer, once the candidate is gone.
                 kernelgate_chain: None,
