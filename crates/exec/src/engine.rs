@@ -269,8 +269,41 @@ pub enum ExecError {
     #[error(transparent)]
     Runtime(#[from] crate::runtime::RuntimeError),
     /// What a sandboxed worker needs of the interpreter could not be found.
-    #[error("failed to prepare the candidate sandbox: {0}")]
+    #[error("failed to read the interpreter's import path for the workers: {0}")]
     SandboxPaths(#[from] crate::python::PythonError),
+    /// The solution's language cannot be built or run on this host or device; nothing ran.
+    #[error(
+        "solution `{solution}` ({language}) cannot run here: missing {missing}; {fix}. Nothing was evaluated"
+    )]
+    ToolchainMissing {
+        /// Solution name.
+        solution: String,
+        /// The language that needs it.
+        language: String,
+        /// What is missing.
+        missing: String,
+        /// What to do about it.
+        fix: String,
+    },
+}
+
+/// Checks that `sol`'s language can be built and run on `device` with the interpreter
+/// `python`, before anything runs ([`crate::toolchain::missing_for`] with kg-bench's
+/// environment).
+pub fn toolchain_check(
+    sol: &Solution,
+    device: &crate::device::DeviceChoice,
+    python: &Path,
+) -> Result<(), ExecError> {
+    match crate::toolchain::missing_for(sol, device, python, &|k| std::env::var_os(k)) {
+        None => Ok(()),
+        Some(m) => Err(ExecError::ToolchainMissing {
+            solution: sol.name.clone(),
+            language: m.language,
+            missing: m.missing,
+            fix: m.fix,
+        }),
+    }
 }
 
 /// Checks a solution's languages before anything runs.
@@ -1122,6 +1155,11 @@ impl Session {
             source,
         })?;
         spec.env.push(("HOME".into(), home.display().to_string()));
+        // A build (ninja, the compiler) finds the interpreter's own tools, as in an activated
+        // venv.
+        let path = crate::toolchain::build_path(&self.python.path, std::env::var_os("PATH"));
+        spec.env
+            .push(("PATH".into(), path.to_string_lossy().into_owned()));
         let (triton, ext) = self.solution_caches(sol);
         for d in [&triton, &ext] {
             std::fs::create_dir_all(d).map_err(|source| ExecError::Io {
@@ -1228,6 +1266,12 @@ impl Session {
         Ok(Ok(w))
     }
 
+    /// Whether `sol`'s language can be built and run on this session's device and host
+    /// ([`crate::toolchain::missing_for`]); [`ExecError::ToolchainMissing`] names what is not.
+    pub fn check_toolchain(&self, sol: &Solution) -> Result<(), ExecError> {
+        toolchain_check(sol, &self.opts.device, &self.python.path)
+    }
+
     /// Evaluates `sol` on the given workloads of `problem`, calling `on_event` as it goes.
     /// See [`Session::evaluate_sealed`] for the traces to write down and the problem's hash.
     pub fn evaluate(
@@ -1265,6 +1309,7 @@ impl Session {
         on_event: &mut dyn FnMut(Event),
     ) -> Result<Evaluated, ExecError> {
         check_languages(sol)?;
+        self.check_toolchain(sol)?;
         if sol.definition != problem.definition.name {
             return Err(ExecError::WrongDefinition {
                 solution: sol.name.clone(),

@@ -60,6 +60,7 @@ pub mod python;
 pub mod runtime;
 pub mod sandbox;
 pub mod scripts;
+pub mod toolchain;
 
 pub use device::{DeviceChoice, DeviceRequest};
 pub use engine::{EvalOptions, Evaluated, Event, ExecError, Session, SolFloor, TimingChoice};
