@@ -2,6 +2,7 @@
 //! `kg-heldout`: held-out shape generation and original-versus-optimised evaluation,
 //! compatible with AgentKernelArena's held-out files. The logic lives in the kg-heldout crate.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -9,11 +10,37 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use kg_contract::exit;
 use kg_heldout::generate::{self, Backend};
-use kg_heldout::{agent, eval, task};
+use kg_heldout::summary::DeviceMode;
+use kg_heldout::{HeldoutError, agent, eval, task};
+use serde::Serialize;
+
+/// Exit code of `eval` when no usable device: refused before any task ran, or lost during the
+/// run (as kg-gpu's "no GPU").
+const NO_DEVICE: i32 = 3;
+
+const GENERATE_EXIT_CODES: &str = "\
+Exit codes:
+  0  every task's file was written (or, with --dry-run, listed)
+  1  some task failed to generate
+  2  bad input (a missing directory, an unknown --tasks id)";
+
+const EVAL_EXIT_CODES: &str = "\
+Exit codes:
+  0  every task was evaluated (each is in a quadrant, whatever the quadrant)
+  1  some task of the summary has status `error` (it could not be set up or started;
+     carried-over entries of a --tasks re-run count)
+  2  bad input, or an earlier entry a --tasks re-run would keep is unreadable; nothing written
+  3  no usable device: the interpreter's torch sees no CUDA/HIP device (nothing run, nothing
+     written), or the device became unusable during the run (that task and the ones after it
+     are `error`)";
 
 /// Does an optimised kernel still work, and stay fast, on shapes it never saw?
 #[derive(Parser)]
-#[command(name = "kg-heldout", version)]
+#[command(
+    name = "kg-heldout",
+    version,
+    after_help = "Logs go to stderr (level: KG_LOG, default info; colour only on a terminal, never with NO_COLOR).\nExit codes: see `kg-heldout generate --help` and `kg-heldout eval --help`."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -22,8 +49,10 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Write held_out_tests/<task>/held_out_shapes.yaml for each supported task.
+    #[command(after_help = GENERATE_EXIT_CODES)]
     Generate(GenerateArgs),
     /// Evaluate a completed run's original and optimised kernels on the held-out shapes.
+    #[command(after_help = EVAL_EXIT_CODES)]
     Eval(EvalArgs),
 }
 
@@ -66,6 +95,17 @@ struct GenerateArgs {
     /// Seed of the rules backend.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Print each task's outcome as one JSON document on stdout instead of lines.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum DeviceArg {
+    /// The tasks run on a GPU: refuse (exit 3) unless the interpreter's torch sees one.
+    Gpu,
+    /// The tasks are known to run on the CPU (kernelgate's fixtures): no device check.
+    Cpu,
 }
 
 #[derive(clap::Args)]
@@ -91,15 +131,37 @@ struct EvalArgs {
     /// Python interpreter for python/pytest commands (else PYTHON_BIN, else .venv, else python3).
     #[arg(long)]
     python: Option<PathBuf>,
+    /// Where the tasks run.
+    #[arg(long, value_enum, default_value = "gpu")]
+    device: DeviceArg,
+    /// Print the results and the summary as one JSON document on stdout instead of lines.
+    #[arg(long)]
+    json: bool,
+}
+
+/// An error with the exit code it maps to.
+struct Failure {
+    code: i32,
+    error: anyhow::Error,
+}
+
+fn usage(e: impl Into<anyhow::Error>) -> Failure {
+    Failure {
+        code: exit::USAGE,
+        error: e.into(),
+    }
 }
 
 fn main() -> ExitCode {
+    // Colour only for a person at a terminal: a log redirected to a file stays plain text.
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
+            tracing_subscriber::EnvFilter::try_from_env("KG_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(colour)
         .with_target(false)
         .init();
     let cli = Cli::parse();
@@ -109,14 +171,53 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => ExitCode::from(code as u8),
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(exit::USAGE as u8)
+        Err(f) => {
+            eprintln!("error: {:#}", f.error);
+            ExitCode::from(f.code as u8)
         }
     }
 }
 
-fn run_generate(a: GenerateArgs) -> anyhow::Result<i32> {
+/// One task of `generate --json`.
+#[derive(Serialize)]
+struct GenerateEntry {
+    task: String,
+    /// `generated`, `failed`, `unsupported`, or for --dry-run `supported` or `not_possible`.
+    status: &'static str,
+    /// The injection target, for supported tasks.
+    target: Option<&'static str>,
+    /// The written file.
+    path: Option<PathBuf>,
+    /// Why not, for `failed`, `unsupported` and `not_possible`.
+    reason: Option<String>,
+    /// rules plans: the visible rows, held-out rows and injections.
+    num_original_shapes: Option<u64>,
+    rows: Option<usize>,
+    injections: Option<usize>,
+}
+
+/// `generate --json`.
+#[derive(Serialize)]
+struct GenerateReport {
+    tasks: Vec<GenerateEntry>,
+    written: usize,
+    failed: usize,
+}
+
+fn entry(task: &str, status: &'static str) -> GenerateEntry {
+    GenerateEntry {
+        task: task.to_string(),
+        status,
+        target: None,
+        path: None,
+        reason: None,
+        num_original_shapes: None,
+        rows: None,
+        injections: None,
+    }
+}
+
+fn run_generate(a: GenerateArgs) -> Result<i32, Failure> {
     let backend = match a.backend {
         BackendArg::Rules => Backend::Rules,
         BackendArg::ClaudeCode => Backend::ClaudeCode,
@@ -124,16 +225,19 @@ fn run_generate(a: GenerateArgs) -> anyhow::Result<i32> {
         BackendArg::Cursor => Backend::Cursor,
     };
     if !a.tasks_dir.is_dir() {
-        anyhow::bail!("--tasks-dir `{}` is not a directory", a.tasks_dir.display());
+        return Err(usage(anyhow::anyhow!(
+            "--tasks-dir `{}` is not a directory",
+            a.tasks_dir.display()
+        )));
     }
-    let mut tasks = task::discover(&a.tasks_dir)?;
+    let mut tasks = task::discover(&a.tasks_dir).map_err(usage)?;
     if !a.tasks.is_empty() {
         for t in &a.tasks {
             if !tasks.iter().any(|d| &d.id == t) {
-                anyhow::bail!(
+                return Err(usage(anyhow::anyhow!(
                     "--tasks: `{t}` is not a task under `{}`",
                     a.tasks_dir.display()
-                );
+                )));
             }
         }
         tasks.retain(|t| a.tasks.contains(&t.id));
@@ -143,36 +247,40 @@ fn run_generate(a: GenerateArgs) -> anyhow::Result<i32> {
         "{} tasks found, {supported} in the held-out scope",
         tasks.len()
     );
+    let mut entries = Vec::new();
     let mut failed = 0;
     let mut written = 0;
     for t in &tasks {
         let scope = match &t.scope {
             Ok(s) => *s,
             Err(why) => {
-                println!("unsupported  {}  ({why})", t.id);
+                entries.push(GenerateEntry {
+                    reason: Some(why.to_string()),
+                    ..entry(&t.id, "unsupported")
+                });
                 continue;
             }
         };
         if a.dry_run {
             if backend == Backend::Rules {
                 match generate::plan_rules(t, a.seed) {
-                    Ok(plan) => println!(
-                        "supported    {}  [{}] {} original shapes -> {} held-out rows in {} injection(s)",
-                        t.id,
-                        scope.target(),
-                        plan.shapes.num_original_shapes,
-                        plan.shapes.shapes.len(),
-                        plan.shapes.injections.len()
-                    ),
-                    Err(e) => println!("not possible {}  ({e})", t.id),
+                    Ok(plan) => entries.push(GenerateEntry {
+                        target: Some(scope.target()),
+                        num_original_shapes: Some(plan.shapes.num_original_shapes),
+                        rows: Some(plan.shapes.shapes.len()),
+                        injections: Some(plan.shapes.injections.len()),
+                        ..entry(&t.id, "supported")
+                    }),
+                    Err(e) => entries.push(GenerateEntry {
+                        reason: Some(e.to_string()),
+                        ..entry(&t.id, "not_possible")
+                    }),
                 }
             } else {
-                println!(
-                    "supported    {}  [{}] agent {} would run",
-                    t.id,
-                    scope.target(),
-                    backend.name()
-                );
+                entries.push(GenerateEntry {
+                    target: Some(scope.target()),
+                    ..entry(&t.id, "supported")
+                });
             }
             continue;
         }
@@ -191,12 +299,31 @@ fn run_generate(a: GenerateArgs) -> anyhow::Result<i32> {
         match outcome {
             Ok(path) => {
                 written += 1;
-                println!("generated    {}  -> {}", t.id, path.display());
+                entries.push(GenerateEntry {
+                    target: Some(scope.target()),
+                    path: Some(path),
+                    ..entry(&t.id, "generated")
+                });
             }
             Err(e) => {
                 failed += 1;
-                println!("failed       {}  ({e})", t.id);
+                entries.push(GenerateEntry {
+                    reason: Some(e.to_string()),
+                    ..entry(&t.id, "failed")
+                });
             }
+        }
+    }
+    if a.json {
+        let report = GenerateReport {
+            tasks: entries,
+            written,
+            failed,
+        };
+        println!("{}", serde_json::to_string_pretty(&report).map_err(usage)?);
+    } else {
+        for e in &entries {
+            print_generate_line(e, backend);
         }
     }
     if !a.dry_run {
@@ -205,9 +332,38 @@ fn run_generate(a: GenerateArgs) -> anyhow::Result<i32> {
     Ok(if failed > 0 { exit::FAILED } else { exit::OK })
 }
 
-fn run_eval(a: EvalArgs) -> anyhow::Result<i32> {
-    let cwd = std::env::current_dir()?;
-    let py = kg_exec::find_python_env(a.python.as_deref(), &cwd)?;
+fn print_generate_line(e: &GenerateEntry, backend: Backend) {
+    let reason = e.reason.as_deref().unwrap_or("");
+    let target = e.target.unwrap_or("");
+    match e.status {
+        "unsupported" => println!("unsupported  {}  ({reason})", e.task),
+        "not_possible" => println!("not possible {}  ({reason})", e.task),
+        "failed" => println!("failed       {}  ({reason})", e.task),
+        "generated" => println!(
+            "generated    {}  -> {}",
+            e.task,
+            e.path
+                .as_deref()
+                .unwrap_or(std::path::Path::new(""))
+                .display()
+        ),
+        _ => match (e.num_original_shapes, e.rows, e.injections) {
+            (Some(n), Some(rows), Some(inj)) => println!(
+                "supported    {}  [{target}] {n} original shapes -> {rows} held-out rows in {inj} injection(s)",
+                e.task
+            ),
+            _ => println!(
+                "supported    {}  [{target}] agent {} would run",
+                e.task,
+                backend.name()
+            ),
+        },
+    }
+}
+
+fn run_eval(a: EvalArgs) -> Result<i32, Failure> {
+    let cwd = std::env::current_dir().map_err(usage)?;
+    let python = kg_exec::find_python_env(a.python.as_deref(), &cwd).map_err(usage)?;
     let outcome = eval::evaluate(&eval::EvalOptions {
         run_dir: a.run_dir,
         heldout_dir: a.heldout_dir,
@@ -215,48 +371,85 @@ fn run_eval(a: EvalArgs) -> anyhow::Result<i32> {
         output_suffix: a.output_suffix,
         tasks: a.tasks,
         timeout: a.timeout.map(Duration::from_secs),
-        python: py.path,
+        python,
         env: vec![],
+        device: match a.device {
+            DeviceArg::Gpu => DeviceMode::Gpu,
+            DeviceArg::Cpu => DeviceMode::Cpu,
+        },
+    })
+    .map_err(|e| match e {
+        e @ HeldoutError::DeviceUnusable { .. } => Failure {
+            code: NO_DEVICE,
+            error: e.into(),
+        },
+        e => usage(e),
     })?;
-    for r in &outcome.results {
+    let s = &outcome.summary;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&outcome).map_err(usage)?);
+    } else {
+        for r in &outcome.results {
+            println!(
+                "{:<16} {:<48} {} (original run {:>7.3}x){}",
+                r.generalization_status,
+                r.task_name,
+                eval::speedup_text(r),
+                r.original_run_speedup_ratio,
+                r.error
+                    .as_deref()
+                    .and_then(|e| e.lines().next())
+                    .map(|e| format!("  {e}"))
+                    .unwrap_or_default()
+            );
+        }
+        let c = &s.conditional_correctness;
         println!(
-            "{:<16} {:<48} speedup {:>7.3}x (original run {:>7.3}x){}",
-            r.generalization_status,
-            r.task_name,
-            r.speedup_ratio,
-            r.original_run_speedup_ratio,
-            r.error
-                .as_deref()
-                .and_then(|e| e.lines().next())
-                .map(|e| format!("  {e}"))
-                .unwrap_or_default()
+            "tasks {}  both_pass {}  opt_regression {}  both_fail {}  opt_improvement {}  error {}",
+            s.total_tasks,
+            s.quadrant_counts["both_pass"],
+            s.quadrant_counts["opt_regression"],
+            s.quadrant_counts["both_fail"],
+            s.quadrant_counts["opt_improvement"],
+            s.errored_tasks
+        );
+        if !s.carried_over.is_empty() {
+            println!(
+                "{} of them carried over from an earlier evaluation (--tasks re-run)",
+                s.carried_over.len()
+            );
+        }
+        if s.both_pass_without_timing > 0 {
+            println!(
+                "both_pass without a valid timing (in no speedup statistic): {}",
+                s.both_pass_without_timing
+            );
+        }
+        if c.orig_correct_count == 0 {
+            println!("conditional correctness: no task's original kernel passed (no rate)");
+        } else {
+            println!(
+                "conditional correctness {}/{} = {:.1}%{}",
+                c.opt_also_correct_count,
+                c.orig_correct_count,
+                c.rate_pct,
+                c.ci95
+                    .as_ref()
+                    .map(|i| format!(" (95% CI {:.1}–{:.1}%)", i.low_pct, i.high_pct))
+                    .unwrap_or_default()
+            );
+        }
+        println!(
+            "summary: {}",
+            outcome.output_dir.join("heldout_summary.yaml").display()
         );
     }
-    let s = &outcome.summary;
-    let c = &s.conditional_correctness;
-    println!(
-        "tasks {}  both_pass {}  opt_regression {}  both_fail {}  opt_improvement {}  error {}",
-        s.total_tasks,
-        s.quadrant_counts["both_pass"],
-        s.quadrant_counts["opt_regression"],
-        s.quadrant_counts["both_fail"],
-        s.quadrant_counts["opt_improvement"],
-        s.errored_tasks
-    );
-    println!(
-        "conditional correctness {}/{} = {:.1}%{}",
-        c.opt_also_correct_count,
-        c.orig_correct_count,
-        c.rate_pct,
-        c.ci95
-            .as_ref()
-            .map(|i| format!(" (95% CI {:.1}–{:.1}%)", i.low_pct, i.high_pct))
-            .unwrap_or_default()
-    );
-    println!(
-        "summary: {}",
-        outcome.output_dir.join("heldout_summary.yaml").display()
-    );
+    if let Some(why) = &outcome.device_lost {
+        eprintln!(
+            "error: the device became unusable during the run ({why}); that task and the ones after it are `error`"
+        );
+        return Ok(NO_DEVICE);
+    }
     Ok(if s.errored_tasks > 0 {
         exit::FAILED
     } else {

@@ -41,7 +41,7 @@ fn agent_backend_without_its_cli_fails_naming_the_cli() {
             ])
             .env_clear()
             .env("PATH", &empty_path)
-            .env("RUST_LOG", "warn")
+            .env("KG_LOG", "warn")
             .current_dir(tmp.path())
             .output()
             .unwrap();

@@ -1,7 +1,7 @@
 //! End to end on the fixtures: `kg-heldout generate` then `kg-heldout eval` on CPU (PyTorch,
-//! Triton through its interpreter). Needs a Python with torch and triton: `KG_TEST_PYTHON`,
-//! else `<workspace>/.venv/bin/python`, else `python3`. Without torch the test fails when `CI`
-//! is set and is skipped (with a message) otherwise.
+//! Triton through its interpreter), so `eval` runs with `--device cpu`. Needs a Python with
+//! torch, triton and pytest: `KG_TEST_PYTHON`, else `<workspace>/.venv/bin/python`, else
+//! `python3`; without one the test fails, naming what it looked for.
 
 #![allow(
     clippy::print_stderr,
@@ -14,7 +14,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use kg_heldout::summary::{HeldoutSummary, HeldoutTaskResult};
+use kg_heldout::summary::{
+    DeviceMode, ErrorKind, HeldoutSummary, HeldoutTaskResult, SpeedupStatus,
+};
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -23,7 +25,7 @@ fn workspace() -> PathBuf {
         .unwrap()
 }
 
-fn python() -> Option<PathBuf> {
+fn python() -> PathBuf {
     let cands: Vec<PathBuf> = match std::env::var("KG_TEST_PYTHON") {
         Ok(p) => vec![p.into()],
         Err(_) => vec![workspace().join(".venv/bin/python"), "python3".into()],
@@ -34,16 +36,12 @@ fn python() -> Option<PathBuf> {
             .status()
             .is_ok_and(|s| s.success());
         if ok {
-            return Some(p);
+            return p;
         }
     }
-    if std::env::var_os("CI").is_some() {
-        panic!(
-            "CI is set but no Python with torch, triton and pytest was found (set KG_TEST_PYTHON)"
-        );
-    }
-    eprintln!("skipping: no Python with torch, triton and pytest (set KG_TEST_PYTHON)");
-    None
+    panic!(
+        "no Python with torch, triton and pytest: tried `KG_TEST_PYTHON`, else `.venv/bin/python` and `python3` (`cargo xtask setup`, or set KG_TEST_PYTHON)"
+    );
 }
 
 fn copy_tree(from: &Path, to: &Path) {
@@ -138,6 +136,7 @@ fn check_torch2hip(ws: &Path) {
     let text = std::fs::read_to_string(ws.join("heldout_task_result.yaml")).unwrap();
     let r: HeldoutTaskResult = serde_saphyr::from_str(&text).unwrap();
     assert_eq!(r.generalization_status, "both_pass", "{r:?}");
+    assert_eq!(r.speedup_status, Some(SpeedupStatus::Measured));
     assert!(r.orig_heldout_pass_correctness && r.opt_pass_correctness);
     assert_eq!(r.orig_benchmark_methods, vec!["cpu_wall"]);
     assert_eq!(r.opt_benchmark_methods, vec!["cpu_wall"]);
@@ -184,7 +183,7 @@ fn kg(args: &[&str], py: &Path, cwd: &Path) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_kg-heldout"))
         .args(args)
         .env("PYTHON_BIN", py)
-        .env("RUST_LOG", "warn")
+        .env("KG_LOG", "warn")
         .current_dir(cwd)
         .output()
         .unwrap()
@@ -192,7 +191,7 @@ fn kg(args: &[&str], py: &Path, cwd: &Path) -> std::process::Output {
 
 #[test]
 fn generate_then_eval_on_cpu_fixtures() {
-    let Some(py) = python() else { return };
+    let py = python();
     let tmp = tempfile::tempdir().unwrap();
     let tasks = workspace().join("fixtures/heldout/tasks");
     let heldout = tmp.path().join("held_out_tests");
@@ -256,6 +255,8 @@ fn generate_then_eval_on_cpu_fixtures() {
             t,
             "--timeout",
             "300",
+            "--device",
+            "cpu",
         ],
         &py,
         tmp.path(),
@@ -275,6 +276,8 @@ fn generate_then_eval_on_cpu_fixtures() {
     let add = status("triton2triton_vllm_kg_vec_add_20261129_120000");
     assert_eq!(add.generalization_status, "both_pass", "{add:?}");
     assert!(add.speedup_ratio > 0.0);
+    assert_eq!(add.speedup_status, Some(SpeedupStatus::Measured));
+    assert_eq!(add.device.as_ref().map(|d| d.mode), Some(DeviceMode::Cpu));
     assert_eq!(add.opt_benchmark_methods, vec!["cpu_wall"]);
     let rows = status("triton2triton_vllm_kg_scale_rows_20261129_120000");
     assert_eq!(rows.generalization_status, "opt_regression", "{rows:?}");
@@ -283,6 +286,9 @@ fn generate_then_eval_on_cpu_fixtures() {
         "{rows:?}"
     );
     assert_eq!(rows.score, 20.0);
+    let failure = rows.opt_failure.as_ref().unwrap();
+    assert_eq!(failure.phase, "correctness");
+    assert_eq!(rows.speedup_status, Some(SpeedupStatus::NotApplicable));
     let sm = status("triton2triton_rocmbench_easy_test_kg_softmax_20261129_120000");
     assert_eq!(sm.generalization_status, "both_fail", "{sm:?}");
     assert!(
@@ -297,6 +303,7 @@ fn generate_then_eval_on_cpu_fixtures() {
     check_torch2hip(&out_dir.join("torch2hip_gpumode_KgRmsNorm_20261129_120000"));
     let broken = status("triton2triton_vllm_kg_vec_add_20261129_130000");
     assert_eq!(broken.generalization_status, "error");
+    assert_eq!(broken.error_kind, Some(ErrorKind::Setup));
     assert!(
         broken
             .error
@@ -325,6 +332,8 @@ fn generate_then_eval_on_cpu_fixtures() {
     .unwrap();
     assert_eq!(summary.total_tasks, 6);
     assert_eq!(summary.errored_tasks, 1);
+    assert_eq!(summary.both_pass_without_timing, 0);
+    assert!(summary.carried_over.is_empty());
     assert_eq!(summary.quadrant_counts["both_pass"], 3);
     assert_eq!(summary.quadrant_counts["opt_regression"], 1);
     assert_eq!(summary.quadrant_counts["both_fail"], 1);

@@ -65,6 +65,14 @@ pub enum HeldoutError {
         /// The program looked for.
         program: String,
     },
+    /// The tasks need a GPU and the interpreter's torch has none; nothing was evaluated.
+    #[error(
+        "no usable device: {problem}; nothing was evaluated (held-out tasks run on a GPU; pass `--device cpu` only for tasks known to run on the CPU)"
+    )]
+    DeviceUnusable {
+        /// What the probe found.
+        problem: crate::device::DeviceProblem,
+    },
     /// Bad command-line input.
     #[error("{0}")]
     Usage(String),

@@ -4,17 +4,22 @@
 //! task's commands run in each, `heldout_task_result.yaml`, and `heldout_summary.yaml`.
 //! The run directory is only read.
 
+use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
+use kg_exec::python::Interpreter;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{HeldoutError, io_err};
 use crate::perf::{self, PerfCase};
-use crate::runner::{self, CommandSpec};
+use crate::runner::{self, CommandOutcome, CommandSpec};
 use crate::shapes_file::{self, HeldOutShapes};
-use crate::summary::{self, ERROR_STATUS, HeldoutSummary, HeldoutTaskResult};
+use crate::summary::{
+    self, DeviceInfo, DeviceMode, ERROR_STATUS, ErrorKind, HeldoutSummary, HeldoutTaskResult,
+    SideFailure, SpeedupStatus,
+};
 use crate::task::TaskConfig;
 
 /// AKA's default per-phase timeout, seconds.
@@ -31,25 +36,29 @@ pub struct EvalOptions {
     pub tasks_dir: PathBuf,
     /// Appended to the run directory's name for the output directory.
     pub output_suffix: String,
-    /// Only these task ids (all when empty).
+    /// Only these task ids (all when empty); the summary then merges with earlier entries.
     pub tasks: Vec<String>,
     /// Overrides every command's timeout.
     pub timeout: Option<Duration>,
-    /// The interpreter for `python`/`python3`/`pytest` commands.
-    pub python: PathBuf,
+    /// The interpreter for `python`/`python3`/`pytest` commands and the device probe.
+    pub python: Interpreter,
     /// Extra environment for every command.
     pub env: Vec<(String, String)>,
+    /// GPU (probed before and during the run) or CPU (tasks known to run there; not probed).
+    pub device: DeviceMode,
 }
 
 /// What an evaluation produced.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 pub struct EvalOutcome {
     /// The output directory.
     pub output_dir: PathBuf,
-    /// Per-task results, in evaluation order.
+    /// Per-task results of this evaluation, in evaluation order.
     pub results: Vec<HeldoutTaskResult>,
-    /// The summary (also written to `heldout_summary.yaml`).
+    /// The summary (also written to `heldout_summary.yaml`), including carried-over entries.
     pub summary: HeldoutSummary,
+    /// Set when the device became unusable during the run: why (later tasks were not run).
+    pub device_lost: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -120,7 +129,16 @@ impl EvalLog {
     }
 }
 
-/// Runs the evaluation.
+/// One workspace to evaluate.
+struct Queued {
+    ws: PathBuf,
+    name: OsString,
+    id: String,
+    yaml: PathBuf,
+}
+
+/// Runs the evaluation. Nothing is written before the inputs, the `--tasks` ids, the entries a
+/// `--tasks` re-run keeps and (GPU mode) the device have been checked.
 pub fn evaluate(opts: &EvalOptions) -> Result<EvalOutcome, HeldoutError> {
     let run_dir = std::fs::canonicalize(&opts.run_dir).map_err(io_err(&opts.run_dir))?;
     let heldout_dir =
@@ -132,6 +150,80 @@ pub fn evaluate(opts: &EvalOptions) -> Result<EvalOutcome, HeldoutError> {
             "the output directory must differ from --run-dir".into(),
         ));
     }
+    let mut notes = Vec::new();
+    let mut workspaces: Vec<PathBuf> = std::fs::read_dir(&run_dir)
+        .map_err(io_err(&run_dir))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir() && p.join("task_result.yaml").is_file())
+        .collect();
+    workspaces.sort();
+    notes.push(format!(
+        "found {} completed task workspaces",
+        workspaces.len()
+    ));
+
+    let mut queue = Vec::new();
+    let mut others = Vec::new();
+    let mut matched: Vec<&str> = Vec::new();
+    for ws in workspaces {
+        let Some(name) = ws.file_name().map(|n| n.to_os_string()) else {
+            continue;
+        };
+        let Some(id) = resolve_task_id(&ws) else {
+            notes.push(format!(
+                "warning: cannot resolve the task id of {}; skipped",
+                ws.display()
+            ));
+            continue;
+        };
+        if !opts.tasks.is_empty() && !opts.tasks.contains(&id) {
+            others.push(name);
+            continue;
+        }
+        let yaml = heldout_dir.join(&id).join("held_out_shapes.yaml");
+        if !yaml.is_file() {
+            if let Some(t) = opts.tasks.iter().find(|t| **t == id) {
+                return Err(HeldoutError::Usage(format!(
+                    "--tasks: `{t}` has no held-out file `{}`",
+                    yaml.display()
+                )));
+            }
+            tracing::debug!("no held-out config for {id}; skipped");
+            continue;
+        }
+        if let Some(t) = opts.tasks.iter().find(|t| **t == id) {
+            matched.push(t);
+        }
+        queue.push(Queued { ws, name, id, yaml });
+    }
+    if let Some(t) = opts.tasks.iter().find(|t| !matched.contains(&t.as_str())) {
+        return Err(HeldoutError::Usage(format!(
+            "--tasks: `{t}` is not a task of a workspace in `{}`",
+            run_dir.display()
+        )));
+    }
+    // A `--tasks` re-run keeps the other workspaces' earlier entries; read them all before
+    // anything is written, so an unreadable one stops the run with nothing lost.
+    let mut kept: Vec<(OsString, HeldoutTaskResult)> = Vec::new();
+    if !opts.tasks.is_empty() {
+        for name in others {
+            let p = output_dir.join(&name).join("heldout_task_result.yaml");
+            if p.is_file() {
+                kept.push((name, crate::yaml::load(&p)?));
+            }
+        }
+    }
+    let device = match opts.device {
+        DeviceMode::Cpu => DeviceInfo {
+            mode: DeviceMode::Cpu,
+            name: None,
+            torch: None,
+        },
+        DeviceMode::Gpu => crate::device::probe(&opts.python)
+            .map_err(|problem| HeldoutError::DeviceUnusable { problem })?,
+    };
+
     std::fs::create_dir_all(&output_dir).map_err(io_err(&output_dir))?;
     let log_path = output_dir.join("heldout_eval.log");
     let mut log = EvalLog {
@@ -141,52 +233,45 @@ pub fn evaluate(opts: &EvalOptions) -> Result<EvalOutcome, HeldoutError> {
     log.line(&format!("held-out data: {}", heldout_dir.display()));
     log.line(&format!("tasks directory: {}", tasks_dir.display()));
     log.line(&format!("output directory: {}", output_dir.display()));
-    log.line(&format!("python: {}", opts.python.display()));
-
-    let mut workspaces: Vec<PathBuf> = std::fs::read_dir(&run_dir)
-        .map_err(io_err(&run_dir))?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.is_dir() && p.join("task_result.yaml").is_file())
-        .collect();
-    workspaces.sort();
-    log.line(&format!(
-        "found {} completed task workspaces",
-        workspaces.len()
-    ));
-
-    let mut queue = Vec::new();
-    for ws in workspaces {
-        let Some(id) = resolve_task_id(&ws) else {
-            log.line(&format!(
-                "warning: cannot resolve the task id of {}; skipped",
-                ws.display()
-            ));
-            continue;
-        };
-        if !opts.tasks.is_empty() && !opts.tasks.contains(&id) {
-            continue;
-        }
-        let yaml = heldout_dir.join(&id).join("held_out_shapes.yaml");
-        if !yaml.is_file() {
-            tracing::debug!("no held-out config for {id}; skipped");
-            continue;
-        }
-        queue.push((ws, id, yaml));
+    log.line(&format!("python: {}", opts.python.path.display()));
+    log.line(&format!("device: {}", describe_device(&device)));
+    for n in &notes {
+        log.line(n);
     }
     log.line(&format!("tasks to evaluate: {}", queue.len()));
-
-    let mut results = Vec::new();
-    let total = queue.len();
-    for (i, (ws, id, yaml)) in queue.into_iter().enumerate() {
-        log.line(&format!("task {}/{total}: {id}", i + 1));
-        let out_ws = output_dir.join(ws.file_name().unwrap_or_default());
-        let r = evaluate_task(opts, &ws, &out_ws, &id, &yaml, &tasks_dir.join(&id));
+    if !kept.is_empty() {
         log.line(&format!(
-            "task {}/{total} done: {id}: {} (speedup {:.2}x){}",
+            "entries kept from an earlier evaluation: {}",
+            kept.len()
+        ));
+    }
+
+    let mut results: Vec<(OsString, HeldoutTaskResult)> = Vec::new();
+    let mut device_lost: Option<String> = None;
+    let total = queue.len();
+    for (i, q) in queue.into_iter().enumerate() {
+        log.line(&format!("task {}/{total}: {}", i + 1, q.id));
+        let out_ws = output_dir.join(&q.name);
+        let r = match &device_lost {
+            Some(why) => not_run(&q, &out_ws, why),
+            None => {
+                let mut r = evaluate_task(opts, &q, &out_ws, &tasks_dir.join(&q.id), &device);
+                if opts.device == DeviceMode::Gpu && needs_device_recheck(&r) {
+                    if let Err(problem) = crate::device::probe(&opts.python) {
+                        let why = problem.to_string();
+                        mark_device_unusable(&mut r, &why);
+                        device_lost = Some(why);
+                    }
+                }
+                r
+            }
+        };
+        log.line(&format!(
+            "task {}/{total} done: {}: {} ({}){}",
             i + 1,
+            q.id,
             r.generalization_status,
-            r.speedup_ratio,
+            speedup_text(&r),
             r.error
                 .as_deref()
                 .map(|e| format!(" — {}", first_line(e)))
@@ -199,9 +284,15 @@ pub fn evaluate(opts: &EvalOptions) -> Result<EvalOutcome, HeldoutError> {
         ) {
             log.line(&format!("error: {e}"));
         }
-        results.push(r);
+        results.push((q.name, r));
     }
-    let summary = summary::summarize(&results);
+    let carried_over: Vec<String> = kept.iter().map(|(_, r)| r.task_name.clone()).collect();
+    let mut all: Vec<(OsString, HeldoutTaskResult)> = kept;
+    all.extend(results.iter().cloned());
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    let merged: Vec<HeldoutTaskResult> = all.into_iter().map(|(_, r)| r).collect();
+    let mut summary = summary::summarize(&merged);
+    summary.carried_over = carried_over;
     crate::yaml::write(
         &output_dir.join("heldout_summary.yaml"),
         &summary,
@@ -213,11 +304,82 @@ pub fn evaluate(opts: &EvalOptions) -> Result<EvalOutcome, HeldoutError> {
         summary.quadrant_counts, summary.errored_tasks, c.opt_also_correct_count, c.orig_correct_count, c.rate_pct,
         summary.generalization_gap.speedup_mean_delta
     ));
+    if let Some(why) = &device_lost {
+        log.line(&format!(
+            "error: the device became unusable during the run ({why}); the tasks after it were not run"
+        ));
+    }
     Ok(EvalOutcome {
         output_dir,
-        results,
+        results: results.into_iter().map(|(_, r)| r).collect(),
         summary,
+        device_lost,
     })
+}
+
+/// `speedup 1.234x`, `no valid timing`, or `no speedup compared`.
+pub fn speedup_text(r: &HeldoutTaskResult) -> String {
+    match r.speedup_status {
+        Some(SpeedupStatus::Measured) => format!("speedup {:.3}x", r.speedup_ratio),
+        Some(SpeedupStatus::NoValidTiming) => "no valid timing".into(),
+        Some(SpeedupStatus::NotApplicable) | None => "no speedup compared".into(),
+    }
+}
+
+fn describe_device(d: &DeviceInfo) -> String {
+    match d.mode {
+        DeviceMode::Cpu => "cpu (--device cpu: not probed; the tasks' own timings)".into(),
+        DeviceMode::Gpu => format!(
+            "gpu: {} (torch {})",
+            d.name.as_deref().unwrap_or("unnamed"),
+            d.torch.as_deref().unwrap_or("unknown")
+        ),
+    }
+}
+
+/// A side failed or no timing was valid: the device may be why, so it is asked again.
+fn needs_device_recheck(r: &HeldoutTaskResult) -> bool {
+    r.error_kind.is_none()
+        && (r.orig_failure.is_some()
+            || r.opt_failure.is_some()
+            || r.speedup_status == Some(SpeedupStatus::NoValidTiming))
+}
+
+/// The task ran on a device that was unusable afterwards: no quadrant, no score.
+fn mark_device_unusable(r: &mut HeldoutTaskResult, why: &str) {
+    let was = r.generalization_status.clone();
+    r.generalization_status = ERROR_STATUS.into();
+    r.error_kind = Some(ErrorKind::DeviceUnusable);
+    r.speedup_status = Some(SpeedupStatus::NotApplicable);
+    r.speedup_ratio = 0.0;
+    r.speedup_retention = None;
+    r.score = 0.0;
+    r.error = Some(format!(
+        "the device was unusable after this task ran ({why}); its `{was}` outcome is not evidence about the kernel{}",
+        r.error
+            .as_deref()
+            .map(|e| format!("\n{e}"))
+            .unwrap_or_default()
+    ));
+}
+
+/// A task after the device was lost: its directory holds only this result.
+fn not_run(q: &Queued, out_ws: &Path, why: &str) -> HeldoutTaskResult {
+    let run: RunTaskResult = crate::yaml::load(&q.ws.join("task_result.yaml")).unwrap_or_default();
+    let mut r = new_result(&q.id, &run);
+    r.error_kind = Some(ErrorKind::NotRun);
+    r.error = Some(format!(
+        "not run: the device became unusable during an earlier task ({why})"
+    ));
+    if out_ws.exists()
+        && let Err(e) = std::fs::remove_dir_all(out_ws)
+    {
+        tracing::warn!("cannot clear {}: {e}", out_ws.display());
+    }
+    if let Err(e) = std::fs::create_dir_all(out_ws) {
+        tracing::warn!("cannot create {}: {e}", out_ws.display());
+    }
+    r
 }
 
 fn first_line(s: &str) -> &str {
@@ -244,23 +406,34 @@ fn new_result(id: &str, run: &RunTaskResult) -> HeldoutTaskResult {
         speedup_retention: None,
         orig_benchmark_methods: vec![],
         opt_benchmark_methods: vec![],
+        error_kind: None,
+        speedup_status: Some(SpeedupStatus::NotApplicable),
+        orig_failure: None,
+        opt_failure: None,
+        device: None,
     }
 }
 
 /// Evaluates one task; problems become an `error` result, never a panic or an `Err`.
 fn evaluate_task(
     opts: &EvalOptions,
-    ws: &Path,
+    q: &Queued,
     out_ws: &Path,
-    id: &str,
-    yaml: &Path,
     task_dir: &Path,
+    device: &DeviceInfo,
 ) -> HeldoutTaskResult {
-    let run: RunTaskResult = crate::yaml::load(&ws.join("task_result.yaml")).unwrap_or_default();
-    let mut r = new_result(id, &run);
-    if let Err(e) = evaluate_into(opts, ws, out_ws, yaml, task_dir, &mut r) {
-        r.generalization_status = ERROR_STATUS.into();
-        r.error = Some(e);
+    let run: RunTaskResult = crate::yaml::load(&q.ws.join("task_result.yaml")).unwrap_or_default();
+    let mut r = new_result(&q.id, &run);
+    match evaluate_into(opts, &q.ws, out_ws, &q.yaml, task_dir, &mut r) {
+        Ok(()) => r.device = Some(device.clone()),
+        Err(e) => {
+            r.generalization_status = ERROR_STATUS.into();
+            r.error_kind = Some(ErrorKind::Setup);
+            r.speedup_status = Some(SpeedupStatus::NotApplicable);
+            r.speedup_ratio = 0.0;
+            r.score = 0.0;
+            r.error = Some(e);
+        }
     }
     r.speedup_retention = summary::retention(r.speedup_ratio, r.original_run_speedup_ratio);
     r
@@ -319,22 +492,35 @@ fn evaluate_into(
     };
     let torch2hip = cfg.task_type == "torch2hip";
     let mut baseline_cases: Vec<PerfCase> = Vec::new();
+    let mut baseline_note = String::from("not run");
 
     // Original kernel.
     let orig_correct = if torch2hip {
         r.orig_heldout_pass_compilation = true;
-        let (cases, methods) = performance(opts, &opt, &cfg, true, true, "orig_baseline")?;
-        baseline_cases = perf::valid(&cases);
-        r.orig_benchmark_methods = methods;
+        let run = performance(opts, &opt, &cfg, true, true, "orig_baseline")?;
+        baseline_cases = perf::valid(&run.cases);
+        baseline_note = run.note();
+        r.orig_benchmark_methods = run.methods;
         let ok = !baseline_cases.is_empty();
         r.orig_heldout_pass_correctness = ok;
         r.orig_heldout_execution_time = perf::mean_time(&baseline_cases);
         if !ok {
-            r.error = Some("PyTorch baseline failed on held-out shapes".into());
+            r.orig_failure = Some(run.failure.unwrap_or_else(|| SideFailure {
+                phase: "baseline".into(),
+                command: cfg.performance_command.join("; "),
+                exit_code: Some(0),
+                signal: None,
+                signal_name: None,
+                timed_out: false,
+                reported_failure: false,
+            }));
+            r.error = Some(format!(
+                "PyTorch baseline failed on held-out shapes: {baseline_note}"
+            ));
         }
         ok
     } else {
-        let (comp, _) = phase(
+        let comp = phase(
             opts,
             &orig,
             &cfg.compile_command,
@@ -342,18 +528,20 @@ fn evaluate_into(
             "compile",
             false,
         )?;
-        r.orig_heldout_pass_compilation = comp;
-        let ok = if comp {
-            phase(
+        r.orig_heldout_pass_compilation = comp.passed;
+        let ok = if comp.passed {
+            let corr = phase(
                 opts,
                 &orig,
                 &cfg.correctness_command,
                 cfg.correctness_timeout,
                 "correctness",
                 true,
-            )?
-            .0
+            )?;
+            r.orig_failure = corr.failure;
+            corr.passed
         } else {
+            r.orig_failure = comp.failure;
             false
         };
         r.orig_heldout_pass_correctness = ok;
@@ -361,7 +549,7 @@ fn evaluate_into(
     };
 
     // Optimised kernel.
-    let (comp, comp_err) = phase(
+    let comp = phase(
         opts,
         &opt,
         &cfg.compile_command,
@@ -369,9 +557,9 @@ fn evaluate_into(
         "compile",
         false,
     )?;
-    r.opt_pass_compilation = comp;
-    let opt_correct = if comp {
-        let (ok, err) = phase(
+    r.opt_pass_compilation = comp.passed;
+    let opt_correct = if comp.passed {
+        let corr = phase(
             opts,
             &opt,
             &cfg.correctness_command,
@@ -379,12 +567,14 @@ fn evaluate_into(
             "correctness",
             true,
         )?;
-        if !ok {
-            r.error = err;
+        if !corr.passed {
+            r.error = corr.message;
+            r.opt_failure = corr.failure;
         }
-        ok
+        corr.passed
     } else {
-        r.error = comp_err;
+        r.error = comp.message;
+        r.opt_failure = comp.failure;
         false
     };
     r.opt_pass_correctness = opt_correct;
@@ -398,21 +588,48 @@ fn evaluate_into(
 
     // Performance, only on correct sides.
     if orig_correct && !torch2hip {
-        let (cases, methods) = performance(opts, &orig, &cfg, true, false, "orig_performance")?;
-        baseline_cases = perf::valid(&cases);
-        r.orig_benchmark_methods = methods;
+        let run = performance(opts, &orig, &cfg, true, false, "orig_performance")?;
+        baseline_cases = perf::valid(&run.cases);
+        baseline_note = run.note();
+        r.orig_benchmark_methods = run.methods;
         r.orig_heldout_execution_time = perf::mean_time(&baseline_cases);
     }
     let mut opt_cases = Vec::new();
+    let mut opt_note = String::from("not run");
     if opt_correct {
-        let (cases, methods) = performance(opts, &opt, &cfg, false, torch2hip, "opt_performance")?;
-        opt_cases = perf::valid(&cases);
-        r.opt_benchmark_methods = methods;
+        let run = performance(opts, &opt, &cfg, false, torch2hip, "opt_performance")?;
+        opt_cases = perf::valid(&run.cases);
+        opt_note = run.note();
+        r.opt_benchmark_methods = run.methods;
         r.opt_execution_time = perf::mean_time(&opt_cases);
     }
-    if r.generalization_status == "both_pass" && !baseline_cases.is_empty() && !opt_cases.is_empty()
-    {
-        r.speedup_ratio = perf::speedup(&baseline_cases, &opt_cases);
+    if r.generalization_status == "both_pass" {
+        if !baseline_cases.is_empty() && !opt_cases.is_empty() {
+            r.speedup_ratio = perf::speedup(&baseline_cases, &opt_cases);
+        }
+        if r.speedup_ratio > 0.0 && r.speedup_ratio.is_finite() {
+            r.speedup_status = Some(SpeedupStatus::Measured);
+        } else {
+            r.speedup_ratio = 0.0;
+            r.speedup_status = Some(SpeedupStatus::NoValidTiming);
+            let why = match (baseline_cases.is_empty(), opt_cases.is_empty()) {
+                (true, true) => format!(
+                    "neither side has a valid performance case (original: {baseline_note}; optimised: {opt_note})"
+                ),
+                (true, false) => {
+                    format!("the original side has no valid performance case ({baseline_note})")
+                }
+                (false, true) => {
+                    format!("the optimised side has no valid performance case ({opt_note})")
+                }
+                (false, false) => format!(
+                    "the original's {} and the optimised's {} valid cases (time > 0) do not match one to one by params, shape or test_case_id",
+                    baseline_cases.len(),
+                    opt_cases.len()
+                ),
+            };
+            r.error = Some(format!("no valid timing: {why}"));
+        }
     }
     r.score = summary::score(
         r.opt_pass_compilation,
@@ -433,17 +650,43 @@ fn env_for(opts: &EvalOptions) -> Vec<(String, String)> {
     let mut env = opts.env.clone();
     env.push((
         "PYTHON_BIN".into(),
-        opts.python.to_string_lossy().into_owned(),
+        opts.python.path.to_string_lossy().into_owned(),
     ));
-    if let Some(bin) = opts.python.parent().filter(|p| !p.as_os_str().is_empty()) {
+    if let Some(bin) = opts
+        .python
+        .path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+    {
         let path = std::env::var("PATH").unwrap_or_default();
         env.push(("PATH".into(), format!("{}:{path}", bin.display())));
     }
     env
 }
 
-/// Runs a phase's commands. `Ok((passed, failure message))`; `Err` when a command could not
-/// start at all (the task then gets an `error` entry, not a failing side).
+/// How a phase ended.
+struct PhaseOutcome {
+    passed: bool,
+    /// Why it failed, for `error`.
+    message: Option<String>,
+    /// How it failed, typed.
+    failure: Option<SideFailure>,
+}
+
+fn side_failure(phase: &str, cmd: &str, out: &CommandOutcome, reported: bool) -> SideFailure {
+    SideFailure {
+        phase: phase.into(),
+        command: cmd.into(),
+        exit_code: out.exit_code,
+        signal: out.signal,
+        signal_name: out.signal.and_then(runner::signal_name).map(str::to_string),
+        timed_out: out.timed_out,
+        reported_failure: reported,
+    }
+}
+
+/// Runs a phase's commands. `Err` when a command could not start at all (the task then gets
+/// an `error` entry, not a failing side).
 fn phase(
     opts: &EvalOptions,
     side: &Side<'_>,
@@ -451,13 +694,13 @@ fn phase(
     cfg_timeout: Option<u64>,
     phase: &str,
     check_output: bool,
-) -> Result<(bool, Option<String>), String> {
+) -> Result<PhaseOutcome, String> {
     if commands.is_empty() {
         return Err(format!("config.yaml has no {phase}_command"));
     }
     for (i, cmd) in commands.iter().enumerate() {
         let spec = CommandSpec {
-            command: crate::python::normalize_command(cmd, &opts.python),
+            command: crate::python::normalize_command(cmd, &opts.python.path),
             cwd: side.dir.clone(),
             env: env_for(opts),
             timeout: timeout_for(opts, cfg_timeout),
@@ -474,32 +717,65 @@ fn phase(
             );
         }
         if !out.success() {
-            return Ok((
-                false,
-                Some(format!(
+            return Ok(PhaseOutcome {
+                passed: false,
+                message: Some(format!(
                     "{} {phase} failed: `{cmd}`: {}\nstdout: {}\nstderr: {}",
                     side.name,
                     out.describe(),
                     runner::tail(&out.stdout, 800),
                     runner::tail(&out.stderr, 1200)
                 )),
-            ));
+                failure: Some(side_failure(phase, cmd, &out, false)),
+            });
         }
         if check_output {
             let lower = format!("{}{}", out.stdout, out.stderr).to_lowercase();
             if lower.contains("fail") && !lower.contains("pass") {
-                return Ok((
-                    false,
-                    Some(format!(
+                return Ok(PhaseOutcome {
+                    passed: false,
+                    message: Some(format!(
                         "{} {phase} reported failure: `{cmd}`\nstdout: {}",
                         side.name,
                         runner::tail(&out.stdout, 800)
                     )),
-                ));
+                    failure: Some(side_failure(phase, cmd, &out, true)),
+                });
             }
         }
     }
-    Ok((true, None))
+    Ok(PhaseOutcome {
+        passed: true,
+        message: None,
+        failure: None,
+    })
+}
+
+/// What the performance commands of one side gave.
+struct PerfRun {
+    /// The cases of the first command that gave any.
+    cases: Vec<PerfCase>,
+    /// Their `benchmark_method` values.
+    methods: Vec<String>,
+    /// How each command ended when none gave a case.
+    tried: Vec<String>,
+    /// The last command that did not exit 0 (for torch2hip's baseline).
+    failure: Option<SideFailure>,
+}
+
+impl PerfRun {
+    /// Why the side has no valid case (when it has none).
+    fn note(&self) -> String {
+        if self.cases.is_empty() {
+            if self.tried.is_empty() {
+                "no performance_command".into()
+            } else {
+                self.tried.join("; ")
+            }
+        } else {
+            format!("{} case(s), none with a time > 0", self.cases.len())
+        }
+    }
 }
 
 fn performance(
@@ -509,7 +785,13 @@ fn performance(
     baseline: bool,
     torch2hip: bool,
     label: &str,
-) -> Result<(Vec<PerfCase>, Vec<String>), String> {
+) -> Result<PerfRun, String> {
+    let mut run = PerfRun {
+        cases: Vec::new(),
+        methods: Vec::new(),
+        tried: Vec::new(),
+        failure: None,
+    };
     for (i, cmd) in cfg.performance_command.iter().enumerate() {
         let cmd = if baseline && torch2hip {
             format!("{cmd} --baseline_only")
@@ -518,7 +800,7 @@ fn performance(
         };
         perf::clear_reports(&side.dir);
         let spec = CommandSpec {
-            command: crate::python::normalize_command(&cmd, &opts.python),
+            command: crate::python::normalize_command(&cmd, &opts.python.path),
             cwd: side.dir.clone(),
             env: env_for(opts),
             timeout: timeout_for(opts, cfg.performance_timeout),
@@ -543,11 +825,24 @@ fn performance(
                     cases.iter().filter_map(|c| c.method.clone()).collect();
                 methods.sort();
                 methods.dedup();
-                return Ok((cases, methods));
+                run.cases = cases;
+                run.methods = methods;
+                return Ok(run);
             }
+            run.tried.push(format!(
+                "`{cmd}` exited 0 with no timed case in a report file or its output"
+            ));
+        } else {
+            run.tried.push(format!("`{cmd}`: {}", out.describe()));
+            let phase = if baseline && torch2hip {
+                "baseline"
+            } else {
+                "performance"
+            };
+            run.failure = Some(side_failure(phase, &cmd, &out, false));
         }
     }
-    Ok((Vec::new(), Vec::new()))
+    Ok(run)
 }
 
 /// AKA's per-type rule: hip2hip copies `target_file_path`; torch2hip removes the agent's HIP

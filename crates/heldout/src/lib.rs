@@ -12,17 +12,20 @@
 //! - [`eval`]: the `RUN_heldout/` flow — `orig/` and `opt/` per task, injections, the task's
 //!   commands through [`runner`], [`perf`] report parsing and case matching, statuses and
 //!   [`summary`] (AKA's fields plus speedup retention and a Wilson interval).
+//! - [`device`]: whether the interpreter's torch sees a GPU, asked before any task runs and
+//!   again after a task with a failing side; with none, nothing is scored.
 //! - [`python`]: routes `python`/`pytest` task commands through the chosen interpreter.
 //!
 //! Ownership: evaluation only reads the run directory and the tasks directory; everything it
 //! writes is under the sibling output directory, which it owns. Each task command runs in its
 //! own process group that the [`runner`] kills on timeout. Per-task failures become `error`
-//! entries, never a crash of the whole evaluation.
+//! entries, never a crash of the whole evaluation; an unusable device is never a quadrant.
 //!
 //! Not for: timing kernels itself (the task's own performance command does), or judging
 //! numerical correctness (the task's correctness command does).
 
 pub mod agent;
+pub mod device;
 pub mod error;
 pub mod eval;
 pub mod generate;

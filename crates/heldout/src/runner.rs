@@ -4,7 +4,7 @@
 //! and killed. It sits behind [`run`] so that kg-exec's runner can replace it later.
 
 use std::io::Read;
-use std::os::unix::process::CommandExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -32,6 +32,8 @@ pub struct CommandSpec {
 pub struct CommandOutcome {
     /// Exit code, if it exited (not killed by a signal).
     pub exit_code: Option<i32>,
+    /// The signal that ended it, if one did.
+    pub signal: Option<i32>,
     /// Whether the timeout killed it.
     pub timed_out: bool,
     /// Whether processes of its group outlived it (they were killed).
@@ -62,11 +64,31 @@ impl CommandOutcome {
                 self.elapsed.as_secs_f64()
             )
         } else {
-            match self.exit_code {
-                Some(c) => format!("exit code {c} after {:.1}s", self.elapsed.as_secs_f64()),
-                None => "killed by a signal".into(),
+            let secs = self.elapsed.as_secs_f64();
+            match (self.exit_code, self.signal) {
+                (_, Some(n)) => format!("killed by {} after {secs:.1}s", signal_text(n)),
+                // `bash -c` reports a command that a signal ended as 128 + the signal.
+                (Some(c), None) if c > 128 && signal_name(c - 128).is_some() => format!(
+                    "exit code {c} after {secs:.1}s (as a shell reports a command killed by {})",
+                    signal_text(c - 128)
+                ),
+                (Some(c), None) => format!("exit code {c} after {secs:.1}s"),
+                (None, None) => format!("ended without an exit status after {secs:.1}s"),
             }
         }
+    }
+}
+
+/// The name of signal `n` (`SIGSEGV`), if it is one.
+pub fn signal_name(n: i32) -> Option<&'static str> {
+    Signal::try_from(n).ok().map(Signal::as_str)
+}
+
+/// `signal 11 (SIGSEGV)`.
+fn signal_text(n: i32) -> String {
+    match signal_name(n) {
+        Some(name) => format!("signal {n} ({name})"),
+        None => format!("signal {n}"),
     }
 }
 
@@ -114,6 +136,7 @@ pub fn run(spec: &CommandSpec) -> CommandOutcome {
         Err(e) => {
             let out = CommandOutcome {
                 exit_code: None,
+                signal: None,
                 timed_out: false,
                 leaked_children: false,
                 stdout: String::new(),
@@ -171,6 +194,7 @@ pub fn run(spec: &CommandSpec) -> CommandOutcome {
     let stderr = err_h.and_then(|h| h.join().ok()).unwrap_or_default();
     let out = CommandOutcome {
         exit_code: status.and_then(|s| s.code()),
+        signal: status.and_then(|s| s.signal()),
         timed_out,
         leaked_children: leaked_children && !timed_out,
         stdout: String::from_utf8_lossy(&stdout).into_owned(),
@@ -260,6 +284,31 @@ mod tests {
         assert!(o.success());
         assert!(o.leaked_children);
         assert!(o.elapsed < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_signal_is_named() {
+        let o = run(&spec("kill -SEGV $$", 10));
+        assert_eq!((o.exit_code, o.signal), (None, Some(11)));
+        assert!(
+            o.describe()
+                .starts_with("killed by signal 11 (SIGSEGV) after "),
+            "{}",
+            o.describe()
+        );
+        // A shell whose child a signal ended exits 128 + the signal.
+        let o = run(&spec("bash -c 'kill -ABRT $$'; exit $?", 10));
+        assert_eq!((o.exit_code, o.signal), (Some(134), None));
+        assert!(
+            o.describe()
+                .contains("(as a shell reports a command killed by signal 6 (SIGABRT))"),
+            "{}",
+            o.describe()
+        );
+        assert_eq!(
+            run(&spec("exit 3", 10)).describe().split(" after").next(),
+            Some("exit code 3")
+        );
     }
 
     #[test]

@@ -16,6 +16,72 @@ pub const QUADRANTS: [&str; 4] = [
 /// Status of a task that could not be evaluated (injection failed, a command could not start).
 pub const ERROR_STATUS: &str = "error";
 
+/// Why a task has status `error` (kernelgate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The task could not be set up or started: its held-out file, canonical directory,
+    /// configuration or injection, or a command that could not start.
+    Setup,
+    /// The device was unusable after the task ran, so its failures say nothing about the kernel.
+    DeviceUnusable,
+    /// Not run: the device had become unusable during an earlier task.
+    NotRun,
+}
+
+/// Whether a held-out speedup was measured (kernelgate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SpeedupStatus {
+    /// `both_pass` and every case of the two sides matched with a time > 0.
+    Measured,
+    /// `both_pass`, but no valid case-by-case timing (`speedup_ratio` 0 is not a measurement).
+    NoValidTiming,
+    /// Not `both_pass`: no speedup is compared.
+    NotApplicable,
+}
+
+/// How one side's command failed (kernelgate).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SideFailure {
+    /// `compile`, `correctness` or `baseline` (torch2hip's PyTorch baseline).
+    pub phase: String,
+    /// The command as configured.
+    pub command: String,
+    /// Its exit code, when it exited.
+    pub exit_code: Option<i32>,
+    /// The signal that ended it, when one did.
+    pub signal: Option<i32>,
+    /// That signal's name (`SIGSEGV`).
+    pub signal_name: Option<String>,
+    /// Whether the timeout ended it.
+    pub timed_out: bool,
+    /// Exit 0, but its output reported a failure (`fail` without `pass`).
+    pub reported_failure: bool,
+}
+
+/// Where the tasks were run (kernelgate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceMode {
+    /// The interpreter's torch saw a CUDA/HIP device (checked before and, after failures,
+    /// again).
+    Gpu,
+    /// `--device cpu`: tasks known to run on the CPU; no device was checked.
+    Cpu,
+}
+
+/// The device a task ran on (kernelgate).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceInfo {
+    /// GPU or CPU.
+    pub mode: DeviceMode,
+    /// Device 0 as the interpreter's torch names it (GPU only).
+    pub name: Option<String>,
+    /// The interpreter's torch version (GPU only).
+    pub torch: Option<String>,
+}
+
 /// One task's held-out result (`heldout_task_result.yaml`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HeldoutTaskResult {
@@ -58,6 +124,21 @@ pub struct HeldoutTaskResult {
     /// kernelgate: `benchmark_method` values seen in the optimised side's performance report.
     #[serde(default)]
     pub opt_benchmark_methods: Vec<String>,
+    /// kernelgate: why the status is `error` (null otherwise).
+    #[serde(default)]
+    pub error_kind: Option<ErrorKind>,
+    /// kernelgate: whether `speedup_ratio` is a measurement (null in files of older versions).
+    #[serde(default)]
+    pub speedup_status: Option<SpeedupStatus>,
+    /// kernelgate: how the original side's compile, correctness or baseline command failed.
+    #[serde(default)]
+    pub orig_failure: Option<SideFailure>,
+    /// kernelgate: how the optimised side's compile or correctness command failed.
+    #[serde(default)]
+    pub opt_failure: Option<SideFailure>,
+    /// kernelgate: where the task ran (null when it did not run).
+    #[serde(default)]
+    pub device: Option<DeviceInfo>,
 }
 
 /// `{description, count, mean, median, std}`.
@@ -132,6 +213,9 @@ pub struct PerTask {
     pub opt_heldout_correct: bool,
     /// Held-out speedup.
     pub heldout_speedup: f64,
+    /// kernelgate: whether the held-out speedup is a measurement.
+    #[serde(default)]
+    pub speedup_status: Option<SpeedupStatus>,
     /// Original-run speedup.
     pub original_run_speedup: f64,
     /// Held-out minus original-run speedup.
@@ -144,6 +228,9 @@ pub struct PerTask {
     pub original_run_score: f64,
     /// Error or failure reason.
     pub error: Option<String>,
+    /// kernelgate: why the status is `error`.
+    #[serde(default)]
+    pub error_kind: Option<ErrorKind>,
 }
 
 /// `heldout_summary.yaml`.
@@ -155,6 +242,13 @@ pub struct HeldoutSummary {
     pub quadrant_counts: IndexMap<String, usize>,
     /// kernelgate: tasks with status `error` (not in any quadrant).
     pub errored_tasks: usize,
+    /// kernelgate: `both_pass` tasks without a valid timing (in no speedup statistic).
+    #[serde(default)]
+    pub both_pass_without_timing: usize,
+    /// kernelgate: tasks whose entries an earlier evaluation wrote (a `--tasks` re-run keeps
+    /// them from the output directory).
+    #[serde(default)]
+    pub carried_over: Vec<String>,
     /// P(opt correct | orig correct).
     pub conditional_correctness: ConditionalCorrectness,
     /// Held-out speedups of both_pass tasks with speedup > 0.
@@ -283,18 +377,25 @@ pub fn summarize(results: &[HeldoutTaskResult]) -> HeldoutSummary {
             orig_heldout_correct: r.orig_heldout_pass_correctness,
             opt_heldout_correct: r.opt_pass_correctness,
             heldout_speedup: round(r.speedup_ratio, 4),
+            speedup_status: r.speedup_status,
             original_run_speedup: round(r.original_run_speedup_ratio, 4),
             speedup_delta: round(r.speedup_ratio - r.original_run_speedup_ratio, 4),
             speedup_retention: retention(r.speedup_ratio, r.original_run_speedup_ratio),
             heldout_score: round(r.score, 2),
             original_run_score: round(r.original_run_score, 2),
             error: r.error.clone(),
+            error_kind: r.error_kind,
         })
         .collect();
     HeldoutSummary {
         total_tasks: results.len(),
         quadrant_counts,
         errored_tasks: errored,
+        both_pass_without_timing: both_pass
+            .iter()
+            .filter(|r| r.speedup_status == Some(SpeedupStatus::NoValidTiming))
+            .count(),
+        carried_over: Vec::new(),
         conditional_correctness: ConditionalCorrectness {
             description: "P(opt correct on held-out | orig correct on held-out)".into(),
             orig_correct_count: orig_ok.len(),
@@ -365,6 +466,11 @@ mod tests {
             speedup_retention: None,
             orig_benchmark_methods: vec![],
             opt_benchmark_methods: vec![],
+            error_kind: None,
+            speedup_status: None,
+            orig_failure: None,
+            opt_failure: None,
+            device: None,
         }
     }
 

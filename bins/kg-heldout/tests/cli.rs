@@ -1,0 +1,521 @@
+//! `kg-heldout eval` on fixtures of its own that need neither a GPU nor Python: each task's
+//! commands run through a fake interpreter (a bash script) that also answers kg-exec's device
+//! probe, so a test decides whether a device is "there", and what each side's command does:
+//! fail the way a missing driver does, crash on a signal, print no timing, and so on.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const RUN: &str = "run_20261201_120000";
+
+/// A tasks directory, a held-out directory, a run directory and the fake interpreter.
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    tasks: PathBuf,
+    heldout: PathBuf,
+    run: PathBuf,
+    python: PathBuf,
+    /// Where the fake keeps state (`device_lost` makes its probe report no device).
+    state: PathBuf,
+}
+
+impl Fixture {
+    /// `device`: whether the fake probe reports a usable CUDA device.
+    fn new(device: bool) -> Fixture {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().canonicalize().unwrap();
+        let f = Fixture {
+            tasks: root.join("tasks"),
+            heldout: root.join("held_out_tests"),
+            run: root.join("runs").join(RUN),
+            python: root.join("bin/python"),
+            state: root.join("state"),
+            root,
+            _tmp: tmp,
+        };
+        for d in [&f.tasks, &f.heldout, &f.run, &f.state] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::create_dir_all(f.python.parent().unwrap()).unwrap();
+        if !device {
+            std::fs::write(f.state.join("device_lost"), "").unwrap();
+        }
+        // kg-exec's probe runs `python -I -B probe.py`; task commands run
+        // `python scripts/task_runner.py PHASE` in `<ws>/orig` or `<ws>/opt`, which the fake
+        // hands to the task's own `scripts/fake.sh SIDE PHASE`.
+        let script = format!(
+            r#"#!/bin/bash
+STATE='{state}'
+if [ "$1" = "-I" ]; then
+  if [ -e "$STATE/device_lost" ]; then avail=false; count=0; else avail=true; count=1; fi
+  echo "{{\"result\": \"ok\", \"python\": \"3.12.0\", \"executable\": \"$0\", \"machine\": \"x86_64\", \"torch\": \"2.5.0\", \"cuda_version\": \"12.4\", \"hip_version\": null, \"accelerator_available\": $avail, \"device_count\": $count, \"device_name\": \"Fake GPU\"}}"
+  exit 0
+fi
+export STATE
+exec bash scripts/fake.sh "$(basename "$PWD")" "$2"
+"#,
+            state = f.state.display()
+        );
+        std::fs::write(&f.python, script).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&f.python, std::fs::Permissions::from_mode(0o755)).unwrap();
+        f
+    }
+
+    /// Adds the task `triton2triton/vllm/<name>`, its held-out file and its run workspace.
+    /// `behaviour` is the body of `scripts/fake.sh`, run with `$1` = `orig`|`opt` and `$2` =
+    /// `compile`|`correctness`|`performance`; `$STATE` is the fake's state directory.
+    fn add_task(&self, name: &str, behaviour: &str) -> String {
+        let id = format!("triton2triton/vllm/{name}");
+        let task = self.tasks.join(&id);
+        std::fs::create_dir_all(task.join("scripts")).unwrap();
+        std::fs::create_dir_all(task.join("source")).unwrap();
+        std::fs::write(
+            task.join("config.yaml"),
+            format!(
+                "source_file_path:\n  - source/{name}.py\ncompile_command:\n  - python3 scripts/task_runner.py compile\ncorrectness_command:\n  - python3 scripts/task_runner.py correctness\nperformance_command:\n  - python3 scripts/task_runner.py performance\ntask_type: triton2triton\n"
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            task.join("scripts/task_runner.py"),
+            "TEST_SHAPES = [(1024,), (4096,)]\n",
+        )
+        .unwrap();
+        std::fs::write(task.join("scripts/fake.sh"), behaviour).unwrap();
+        std::fs::write(
+            task.join(format!("source/{name}.py")),
+            "# original kernel\n",
+        )
+        .unwrap();
+        let h = self.heldout.join(&id);
+        std::fs::create_dir_all(&h).unwrap();
+        std::fs::write(
+            h.join("held_out_shapes.yaml"),
+            "task_type: triton2triton\nnum_original_shapes: 2\ninjections:\n  - file: scripts/task_runner.py\n    find_marker: TEST_SHAPES\n    replacement_code: \"TEST_SHAPES = [(7,), (4099,)]\"\n",
+        )
+        .unwrap();
+        let ws = self.run.join(ws_name(name));
+        copy_tree(&task, &ws);
+        std::fs::write(ws.join(format!("source/{name}.py")), "# optimised kernel\n").unwrap();
+        std::fs::write(
+            ws.join("task_result.yaml"),
+            format!("task_name: {id}\npass_correctness: true\nspeedup_ratio: 1.5\nscore: 270.0\n"),
+        )
+        .unwrap();
+        id
+    }
+
+    fn out_dir(&self) -> PathBuf {
+        self.run.with_file_name(format!("{RUN}_heldout"))
+    }
+
+    /// Runs `kg-heldout eval` on the fixture with `extra` arguments.
+    fn eval(&self, extra: &[&str]) -> Output {
+        self.eval_env(extra, &[])
+    }
+
+    fn eval_env(&self, extra: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kg-heldout"));
+        cmd.arg("eval")
+            .arg("--run-dir")
+            .arg(&self.run)
+            .arg("--heldout-dir")
+            .arg(&self.heldout)
+            .arg("--tasks-dir")
+            .arg(&self.tasks)
+            .arg("--python")
+            .arg(&self.python)
+            .args(["--timeout", "60"])
+            .args(extra)
+            .env_remove("NO_COLOR")
+            .env_remove("KG_LOG")
+            .env_remove("RUST_LOG")
+            .current_dir(&self.root);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    }
+
+    /// A task's `heldout_task_result.yaml`, read untyped so the test states the file's fields.
+    fn result(&self, name: &str) -> Value {
+        let p = self
+            .out_dir()
+            .join(ws_name(name))
+            .join("heldout_task_result.yaml");
+        let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        serde_saphyr::from_str(&text).unwrap()
+    }
+
+    fn summary(&self) -> Value {
+        let text = std::fs::read_to_string(self.out_dir().join("heldout_summary.yaml")).unwrap();
+        serde_saphyr::from_str(&text).unwrap()
+    }
+}
+
+fn ws_name(name: &str) -> String {
+    format!("triton2triton_vllm_{name}_20261201_120000")
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), dst).unwrap();
+        }
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Both sides compile, pass and time (`Performance: X ms`; the optimised side twice as fast).
+const PASSES: &str = r#"case "$2" in
+  performance) if [ "$1" = orig ]; then echo "Performance: 2.0 ms"; else echo "Performance: 1.0 ms"; fi ;;
+  *) echo "$2 pass" ;;
+esac
+"#;
+
+/// Every command fails as PyTorch does on a host without the NVIDIA driver.
+const NO_DRIVER: &str = r#"echo "RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU and installed a driver" >&2
+exit 1
+"#;
+
+const NO_DEVICE_EXIT: i32 = 3;
+
+/// Issue 29 item 1: with no usable device, nothing is evaluated and no quadrant is claimed;
+/// the exit code names the environment, and no summary is written.
+#[test]
+fn no_device_is_refused_up_front_not_scored_as_both_fail() {
+    let f = Fixture::new(false);
+    f.add_task("kg_a", NO_DRIVER);
+    f.add_task("kg_b", NO_DRIVER);
+    let o = f.eval(&[]);
+    let all = text(&o);
+    assert_eq!(o.status.code(), Some(NO_DEVICE_EXIT), "{all}");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("no CUDA/HIP device") && stderr.contains("--device cpu"),
+        "{all}"
+    );
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(!stdout.contains("both_fail"), "{all}");
+    assert!(!stdout.contains("conditional correctness"), "{all}");
+    // Nothing ran, nothing was written.
+    assert!(!f.out_dir().exists(), "{all}");
+}
+
+/// Issue 29 item 1: a device that becomes unusable during a task makes that task `error`
+/// (its failure is the environment's, not the kernel's), the tasks after it are not run, and
+/// the exit code names the environment.
+#[test]
+fn device_lost_mid_run_is_error_not_a_quadrant() {
+    let f = Fixture::new(true);
+    // The original passes; the optimised side's compile "loses" the device.
+    f.add_task(
+        "kg_a",
+        r#"if [ "$1" = opt ]; then
+  touch "$STATE/device_lost"
+  echo "RuntimeError: CUDA error: unspecified launch failure" >&2
+  exit 1
+fi
+echo "$2 pass"
+"#,
+    );
+    f.add_task("kg_b", PASSES);
+    let o = f.eval(&[]);
+    let all = text(&o);
+    assert_eq!(o.status.code(), Some(NO_DEVICE_EXIT), "{all}");
+    let a = f.result("kg_a");
+    assert_eq!(a["generalization_status"], "error", "{a}");
+    assert_eq!(a["error_kind"], "device_unusable", "{a}");
+    assert!(
+        a["error"].as_str().unwrap().contains("no CUDA/HIP device"),
+        "{a}"
+    );
+    let b = f.result("kg_b");
+    assert_eq!(b["generalization_status"], "error", "{b}");
+    assert_eq!(b["error_kind"], "not_run", "{b}");
+    assert!(
+        !f.out_dir().join(ws_name("kg_b")).join("logs").exists(),
+        "kg_b must not have run"
+    );
+    let s = f.summary();
+    assert_eq!(s["errored_tasks"], 2, "{s}");
+    for q in [
+        "both_pass",
+        "opt_regression",
+        "both_fail",
+        "opt_improvement",
+    ] {
+        assert_eq!(s["quadrant_counts"][q], 0, "{s}");
+    }
+    assert_eq!(s["conditional_correctness"]["orig_correct_count"], 0);
+}
+
+/// `--device cpu` (tasks known to run on the CPU) skips the device check; the result says
+/// where it ran.
+#[test]
+fn device_cpu_skips_the_probe_and_records_it() {
+    let f = Fixture::new(false);
+    f.add_task("kg_a", PASSES);
+    let o = f.eval(&["--device", "cpu"]);
+    let all = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{all}");
+    let a = f.result("kg_a");
+    assert_eq!(a["generalization_status"], "both_pass", "{a}");
+    assert_eq!(a["device"]["mode"], "cpu", "{a}");
+    assert_eq!(a["device"]["name"], Value::Null, "{a}");
+    // With a device, the result names it.
+    let g = Fixture::new(true);
+    g.add_task("kg_a", PASSES);
+    let o = g.eval(&[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let a = g.result("kg_a");
+    assert_eq!(a["device"]["mode"], "gpu", "{a}");
+    assert_eq!(a["device"]["name"], "Fake GPU", "{a}");
+    assert_eq!(a["device"]["torch"], "2.5.0", "{a}");
+}
+
+/// Issue 29 item 6: `both_pass` with no valid performance case says "no valid timing", in the
+/// terminal and in typed fields, never a speedup of 0.
+#[test]
+fn both_pass_without_valid_timing_says_so() {
+    let f = Fixture::new(true);
+    f.add_task(
+        "kg_a",
+        r#"case "$2" in
+  performance) echo "benchmark skipped" ;;
+  *) echo "$2 pass" ;;
+esac
+"#,
+    );
+    f.add_task("kg_b", PASSES);
+    let o = f.eval(&[]);
+    let all = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{all}");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("triton2triton/vllm/kg_a"))
+        .unwrap_or_else(|| panic!("{all}"));
+    assert!(line.contains("no valid timing"), "{line}");
+    assert!(!line.contains("0.000x"), "{line}");
+    let line_b = stdout
+        .lines()
+        .find(|l| l.contains("triton2triton/vllm/kg_b"))
+        .unwrap();
+    assert!(line_b.contains("2.000x"), "{line_b}");
+    let a = f.result("kg_a");
+    assert_eq!(a["generalization_status"], "both_pass", "{a}");
+    assert_eq!(a["speedup_status"], "no_valid_timing", "{a}");
+    let e = a["error"].as_str().unwrap_or_else(|| panic!("{a}"));
+    assert!(e.contains("no valid timing"), "{e}");
+    assert!(e.contains("original"), "says which side had none: {e}");
+    let b = f.result("kg_b");
+    assert_eq!(b["speedup_status"], "measured", "{b}");
+    assert_eq!(b["speedup_ratio"], 2.0);
+    assert_eq!(b["error"], Value::Null);
+    let s = f.summary();
+    assert_eq!(s["both_pass_without_timing"], 1, "{s}");
+    assert_eq!(s["heldout_speedup_stats"]["count"], 1);
+    let pa = &s["per_task"][0];
+    assert_eq!(pa["task_name"], "triton2triton/vllm/kg_a");
+    assert_eq!(pa["speedup_status"], "no_valid_timing", "{pa}");
+}
+
+/// Issue 29 item 6: a side killed by a signal names the signal, in the message, in typed
+/// fields and in the command's log.
+#[test]
+fn crashed_side_names_the_signal() {
+    let f = Fixture::new(true);
+    f.add_task(
+        "kg_a",
+        r#"if [ "$1" = opt ] && [ "$2" = correctness ]; then kill -SEGV $$; fi
+echo "$2 pass"
+"#,
+    );
+    let o = f.eval(&[]);
+    let all = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{all}");
+    let a = f.result("kg_a");
+    assert_eq!(a["generalization_status"], "opt_regression", "{a}");
+    let e = a["error"].as_str().unwrap();
+    assert!(e.contains("killed by signal 11 (SIGSEGV)"), "{e}");
+    let fail = &a["opt_failure"];
+    assert_eq!(fail["phase"], "correctness", "{a}");
+    assert_eq!(fail["signal"], 11, "{a}");
+    assert_eq!(fail["signal_name"], "SIGSEGV", "{a}");
+    assert_eq!(fail["exit_code"], Value::Null, "{a}");
+    assert_eq!(fail["timed_out"], false, "{a}");
+    assert_eq!(a["orig_failure"], Value::Null, "{a}");
+    let log = std::fs::read_to_string(
+        f.out_dir()
+            .join(ws_name("kg_a"))
+            .join("logs/opt_correctness_0.log"),
+    )
+    .unwrap();
+    assert!(log.contains("killed by signal 11 (SIGSEGV)"), "{log}");
+}
+
+/// Issue 29 item 6: logs on a non-terminal carry no ANSI colour, and `KG_LOG` sets the level.
+#[test]
+fn logs_to_a_file_have_no_colour_and_follow_kg_log() {
+    let f = Fixture::new(true);
+    f.add_task("kg_a", PASSES);
+    let o = f.eval(&[]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(stderr.contains("task 1/1"), "progress is logged: {stderr}");
+    assert!(
+        !stderr.contains('\u{1b}'),
+        "ANSI escape in a redirected log: {stderr:?}"
+    );
+    let o = f.eval_env(&[], &[("KG_LOG", "error")]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        !stderr.contains("task 1/1"),
+        "KG_LOG=error ignored: {stderr}"
+    );
+}
+
+/// Issue 29 item 6: a `--tasks` re-run merges into the summary: the other tasks' entries stay,
+/// the re-run task's entry is replaced, and the summary says which entries were carried over.
+#[test]
+fn tasks_rerun_merges_into_the_summary() {
+    let f = Fixture::new(true);
+    // kg_a passes the first time and regresses on the re-run.
+    let a = f.add_task(
+        "kg_a",
+        r#"if [ "$1" = opt ] && [ "$2" = correctness ] && [ -e "$STATE/second" ]; then
+  echo "correctness fail: wrong elements"; exit 1
+fi
+case "$2" in
+  performance) echo "Performance: 1.0 ms" ;;
+  *) echo "$2 pass" ;;
+esac
+"#,
+    );
+    let b = f.add_task("kg_b", PASSES);
+    let o = f.eval(&[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(f.summary()["total_tasks"], 2);
+    std::fs::write(f.state.join("second"), "").unwrap();
+    let o = f.eval(&["--tasks", &a]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let s = f.summary();
+    assert_eq!(s["total_tasks"], 2, "{s}");
+    let per: Vec<(&str, &str)> = s["per_task"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["task_name"].as_str().unwrap(),
+                p["generalization_status"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        per,
+        vec![(a.as_str(), "opt_regression"), (b.as_str(), "both_pass")]
+    );
+    assert_eq!(s["quadrant_counts"]["both_pass"], 1);
+    assert_eq!(s["quadrant_counts"]["opt_regression"], 1);
+    assert_eq!(s["carried_over"], serde_json::json!([b]), "{s}");
+    assert_eq!(f.result("kg_a")["generalization_status"], "opt_regression");
+    // An unknown id is refused before anything is written.
+    let before = std::fs::read(f.out_dir().join("heldout_summary.yaml")).unwrap();
+    let o = f.eval(&["--tasks", "triton2triton/vllm/nope"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert_eq!(
+        before,
+        std::fs::read(f.out_dir().join("heldout_summary.yaml")).unwrap()
+    );
+}
+
+/// Issue 29 item 6: `--json` prints the evaluation as one JSON document on stdout, like the
+/// other binaries, and nothing else there.
+#[test]
+fn eval_json_is_one_document_on_stdout() {
+    let f = Fixture::new(true);
+    f.add_task("kg_a", PASSES);
+    let o = f.eval(&["--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}): {}", text(&o)));
+    assert_eq!(v["summary"]["total_tasks"], 1);
+    assert_eq!(v["summary"]["quadrant_counts"]["both_pass"], 1);
+    assert_eq!(v["results"][0]["task_name"], "triton2triton/vllm/kg_a");
+    assert_eq!(v["results"][0]["speedup_status"], "measured");
+    assert_eq!(v["results"][0]["speedup_ratio"], 2.0);
+    assert_eq!(v["device_lost"], serde_json::Value::Null);
+    assert!(v["output_dir"].as_str().unwrap().ends_with("_heldout"));
+}
+
+/// `generate --json` lists each task's outcome as JSON on stdout.
+#[test]
+fn generate_json_lists_each_task() {
+    let f = Fixture::new(true);
+    let a = f.add_task("kg_a", PASSES);
+    let out = f.root.join("gen");
+    let o = Command::new(env!("CARGO_BIN_EXE_kg-heldout"))
+        .arg("generate")
+        .arg("--tasks-dir")
+        .arg(&f.tasks)
+        .arg("--output-dir")
+        .arg(&out)
+        .args(["--dry-run", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", text(&o)));
+    let t = &v["tasks"][0];
+    assert_eq!(t["task"], a.as_str());
+    assert!(
+        t["status"] == "supported" || t["status"] == "not_possible",
+        "{t}"
+    );
+    assert!(!out.exists(), "a dry run writes nothing");
+}
+
+/// Issue 29 item 8: the exit codes are in `--help`.
+#[test]
+fn help_lists_the_exit_codes() {
+    for sub in ["eval", "generate"] {
+        let o = Command::new(env!("CARGO_BIN_EXE_kg-heldout"))
+            .args([sub, "--help"])
+            .output()
+            .unwrap();
+        let help = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{help}");
+        assert!(help.contains("Exit codes:"), "{sub}: {help}");
+        for code in ["0 ", "1 ", "2 "] {
+            assert!(
+                help.contains(&format!("\n  {code}")),
+                "{sub}: {code}: {help}"
+            );
+        }
+        if sub == "eval" {
+            assert!(help.contains("\n  3 "), "{help}");
+        }
+    }
+}
