@@ -13,21 +13,65 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use indexmap::IndexMap;
 use kg_contract::chain;
-use kg_contract::{Problem, Status, Trace, exit, load_solution};
+use kg_contract::{Problem, Solution, Status, Trace, exit, load_solution};
 use kg_exec::corpus::{self, SolutionSource};
 use kg_exec::device::{AcquireOptions, Acquired};
 use kg_exec::engine::{ExecError, check_languages};
 use kg_exec::{CancelToken, DeviceRequest, EvalOptions, Event, Session, TimingChoice};
 
+/// Exit codes, in every subcommand's `--help` (docs/kg-bench.md has them too).
+const EXIT_TOP: &str = "Exit codes (each subcommand's --help has its own):
+  0    success: everything passed / verified
+  1    the command ran and something did not pass, verify or load
+  2    bad input or an unusable environment (the message names the file, field or missing piece)
+  130  interrupted by Ctrl-C/SIGTERM (evaluate, run): every worker killed first";
+const EXIT_EVALUATE: &str = "Exit codes:
+  0    every workload PASSED
+  1    a workload did not pass
+  2    bad input or an unusable environment (unsupported language, missing toolchain, no torch,
+       a file that does not load): nothing was evaluated
+  130  interrupted by Ctrl-C/SIGTERM: every worker killed, then the finished workloads' traces
+       written";
+const EXIT_RUN: &str = "Exit codes:
+  0    every evaluated workload PASSED and every problem loaded (pairs refused up front, listed
+       on stderr and in summary.json's `refused`, do not change it)
+  1    a workload did not pass, or a problem failed to load
+  2    bad input or an unusable environment, a --filter that matches nothing, or every selected
+       solution refused (nothing could run here): nothing was evaluated
+  130  interrupted by Ctrl-C/SIGTERM: every worker killed, finished traces written
+
+On the CPU, Triton runs through its interpreter (hundreds of ns per element per call):
+kg-bench warns up front when a run is estimated to take long; `--max-workloads 1 --rounds 2`
+keeps a first look short.";
+const EXIT_VALIDATE: &str = "Exit codes:
+  0    every problem is usable
+  1    a problem is BAD (a load error, a reference that fails its checks, a definition name that
+       another problem defines differently)
+  2    bad input or an unusable environment";
+const EXIT_SOLAR: &str = "Exit codes:
+  0    every problem analysed
+  1    a problem could not be analysed (named on stderr)
+  2    bad input or an unusable environment";
+const EXIT_SCORE: &str = "Exit codes:
+  0    computed / verified
+  2    bad input, or a bundle or artifact that does not verify (named)";
+const EXIT_VERIFY: &str = "Exit codes:
+  0    everything verified
+  1    something did not verify (tampered, torn, unchained, another problem, wrong signer)
+  2    usage errors; files, keys or problem directories that cannot be read";
+const EXIT_KEYGEN: &str = "Exit codes:
+  0    key pair written
+  2    the file exists or cannot be written";
+
 /// Evidence-grade kernel evaluation on SOL-ExecBench-format problems.
 #[derive(Parser)]
-#[command(name = "kg-bench", version)]
+#[command(name = "kg-bench", version, after_help = EXIT_TOP)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -36,8 +80,10 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Evaluate one solution on one problem; writes one trace per workload.
+    #[command(after_help = EXIT_EVALUATE)]
     Evaluate(EvaluateArgs),
     /// Evaluate every problem of a corpus (default: each problem's own reference).
+    #[command(after_help = EXIT_RUN)]
     Run(RunArgs),
     /// Work on corpora.
     Dataset {
@@ -45,21 +91,25 @@ enum Command {
         command: DatasetCommand,
     },
     /// Speed-of-light analysis of a problem's reference.
-    #[command(subcommand)]
+    #[command(subcommand, after_help = EXIT_SOLAR)]
     Solar(solar_cmd::SolarCommand),
     /// SOL score and release bundles.
-    #[command(subcommand)]
+    #[command(subcommand, after_help = EXIT_SCORE)]
     Score(score_cmd::ScoreCommand),
     /// Check trace files: every line's hash chain and seal, its problem's tree hash
     /// (--problem), its signature (--pubkey) and the file's end (--summary, --head).
+    #[command(after_help = EXIT_VERIFY)]
     Verify(verify_cmd::VerifyArgs),
     /// Write an Ed25519 key pair for --sign-key (private OUT, mode 0600; public OUT.pub).
+    #[command(after_help = EXIT_KEYGEN)]
     Keygen(verify_cmd::KeygenArgs),
 }
 
 #[derive(Subcommand)]
 enum DatasetCommand {
-    /// Check a corpus: schemas, axes, and each reference run on its smallest workload.
+    /// Check a corpus: schemas, axes, duplicate definition names, and each reference run on
+    /// its smallest workload.
+    #[command(after_help = EXIT_VALIDATE)]
     Validate(ValidateArgs),
 }
 
@@ -90,6 +140,14 @@ struct EnvArgs {
     /// Print results as JSON on stdout instead of a table.
     #[arg(long)]
     json: bool,
+    /// Quieter: no per-workload progress lines and no skip notices on stderr (warnings, errors
+    /// and the final table stay).
+    #[arg(short, long, conflicts_with = "verbose")]
+    quiet: bool,
+    /// More: a line when each workload starts (also outside a terminal), and each failed
+    /// workload's reason in its progress line.
+    #[arg(short, long)]
+    verbose: bool,
 }
 
 #[derive(Args, Clone)]
@@ -115,7 +173,8 @@ struct EvalArgs {
     /// Timing method on a GPU.
     #[arg(long, value_enum, default_value = "default")]
     timing: TimingArg,
-    /// Evaluate at most N workloads per problem (in file order).
+    /// Evaluate at most N workloads per problem (in file order); with --rounds, what keeps a
+    /// CPU run short (e.g. `--max-workloads 1 --rounds 2`).
     #[arg(long)]
     max_workloads: Option<usize>,
     /// Run the candidate without its sandbox (resource limits, no network, read-only problem
@@ -171,16 +230,28 @@ struct EvaluateArgs {
 struct RunArgs {
     /// Corpus directory (problem directories at any depth below).
     corpus_dir: PathBuf,
-    /// `reference` (each problem's own reference), `bundled` (each problem's solutions/*.json),
-    /// or DIR (DIR/<problem>/*.json).
+    /// `reference` (each problem's own reference), `bundled` (each problem's solutions/*.json
+    /// and solution_*.json beside its definition.json), or DIR (DIR/<problem path>/*.json, else
+    /// DIR/<definition name>/*.json).
     #[arg(long, default_value = "reference")]
     solutions: String,
-    /// Output directory: OUTDIR/<problem>/<solution>.jsonl and OUTDIR/summary.json.
+    /// Output directory: OUTDIR/<problem path>/<solution>.jsonl and OUTDIR/summary.json (the
+    /// problem path is its directory relative to CORPUS_DIR).
     #[arg(short, long, default_value = "kg-results")]
     output: PathBuf,
     /// Evaluate problems again even when their traces are complete.
     #[arg(long)]
     rerun: bool,
+    /// Evaluate again only the problem/solution pairs whose earlier traces did not all pass
+    /// (or are not complete); pairs whose traces all PASSED are skipped.
+    #[arg(long, conflicts_with = "rerun")]
+    rerun_failed: bool,
+    /// Only the problem/solution pairs this expression matches (repeatable: any of them).
+    /// Terms joined by `&`, each `[!][problem:|definition:|solution:|language:]PATTERN`; a bare
+    /// pattern matches the problem path, definition or solution name; `*`/`?` glob the whole
+    /// value, else a substring. E.g. `rmsnorm`, `language:triton & !problem:cuda*`.
+    #[arg(long, value_name = "EXPR")]
+    filter: Vec<String>,
     #[command(flatten)]
     env: EnvArgs,
     #[command(flatten)]
@@ -382,41 +453,178 @@ fn options(acq: &Acquired, a: &EvalArgs) -> Result<EvalOptions, Failure> {
     Ok(o)
 }
 
+/// How much goes to stderr while workloads run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Verbosity {
+    Quiet,
+    Normal,
+    Verbose,
+}
+
+impl Verbosity {
+    fn of(env: &EnvArgs) -> Verbosity {
+        if env.quiet {
+            Verbosity::Quiet
+        } else if env.verbose {
+            Verbosity::Verbose
+        } else {
+            Verbosity::Normal
+        }
+    }
+}
+
+/// Progress on stderr: a line per finished workload with its wall time (also outside a
+/// terminal, so a long run shows in logs), a line per started workload in a terminal or with
+/// `-v`, and, where CPU estimates exist, the elapsed time and an ETA.
 struct Progress {
-    enabled: bool,
+    verbosity: Verbosity,
+    tty: bool,
+    started: Instant,
+    /// Workloads this command will evaluate, and how many have finished.
+    total: usize,
+    done: usize,
+    /// The problem and solution being evaluated (the problem key, not the definition name).
+    key: String,
+    solution: String,
+    /// CPU estimates: per workload uuid of the current pair, and for the whole command.
+    estimates: IndexMap<String, f64>,
+    estimated_total_s: f64,
+    estimated_done_s: f64,
+}
+
+/// `12.3 s`, `4m05s`, `1h02m`.
+fn fmt_secs(s: f64) -> String {
+    if !s.is_finite() || s < 0.0 {
+        return "?".into();
+    }
+    if s < 60.0 {
+        return format!("{s:.1} s");
+    }
+    let t = s.round() as u64;
+    if t < 3600 {
+        format!("{}m{:02}s", t / 60, t % 60)
+    } else {
+        format!("{}h{:02}m", t / 3600, (t % 3600) / 60)
+    }
 }
 
 impl Progress {
-    fn new() -> Self {
+    fn new(verbosity: Verbosity, total: usize, estimated_total_s: f64) -> Self {
         Progress {
-            enabled: std::io::stderr().is_terminal(),
+            verbosity,
+            tty: std::io::stderr().is_terminal(),
+            started: Instant::now(),
+            total,
+            done: 0,
+            key: String::new(),
+            solution: String::new(),
+            estimates: IndexMap::new(),
+            estimated_total_s,
+            estimated_done_s: 0.0,
         }
     }
-    fn event(&self, e: &Event) {
+
+    /// The pair about to be evaluated, with its workloads' CPU estimates (empty off the CPU).
+    fn pair(&mut self, key: &str, solution: &str, estimates: IndexMap<String, f64>) {
+        self.key = key.to_string();
+        self.solution = solution.to_string();
+        self.estimates = estimates;
+    }
+
+    fn event(&mut self, e: &Event) {
         match e {
             Event::Notice(n) => eprintln!("notice: {n}"),
-            Event::WorkloadStarted {
-                definition,
-                solution,
-                uuid,
-                index,
-                total,
-            } if self.enabled => {
+            Event::WorkloadStarted { uuid, .. }
+                if self.verbosity == Verbosity::Verbose
+                    || (self.tty && self.verbosity == Verbosity::Normal) =>
+            {
                 eprintln!(
-                    "[{}/{}] {definition} / {solution} / {uuid} ...",
-                    index + 1,
-                    total
+                    "[{}/{}] {} / {} / {uuid} ...",
+                    self.done + 1,
+                    self.total,
+                    self.key,
+                    self.solution
                 );
             }
-            Event::WorkloadFinished(t) if self.enabled => {
-                if let Some(ev) = &t.evaluation {
-                    eprintln!("    {}", ev.status);
+            Event::WorkloadFinished(t) => {
+                self.done += 1;
+                self.estimated_done_s +=
+                    self.estimates.get(&t.workload.uuid).copied().unwrap_or(0.0);
+                if self.verbosity == Verbosity::Quiet {
+                    return;
                 }
+                let Some(ev) = &t.evaluation else { return };
+                let wall = ev.wall_s.map_or_else(|| "wall ?".into(), fmt_secs);
+                let mut line = format!(
+                    "[{}/{}] {:<19} {:>8}  {} / {} / {}",
+                    self.done,
+                    self.total,
+                    ev.status.as_str(),
+                    wall,
+                    self.key,
+                    self.solution,
+                    t.workload.uuid
+                );
+                let elapsed = self.started.elapsed().as_secs_f64();
+                line.push_str(&format!("  (elapsed {}", fmt_secs(elapsed)));
+                if self.estimated_done_s > 0.0 && self.done < self.total {
+                    // The estimate scaled by how far off it has been so far.
+                    let left = (self.estimated_total_s - self.estimated_done_s).max(0.0)
+                        * (elapsed / self.estimated_done_s);
+                    line.push_str(&format!(", ETA ~{}", fmt_secs(left)));
+                }
+                line.push(')');
+                if self.verbosity == Verbosity::Verbose && ev.status != Status::Passed {
+                    line.push_str(&format!("\n    {}", output::first_line(&ev.log)));
+                }
+                eprintln!("{line}");
             }
             _ => {}
         }
     }
 }
+
+/// Per-workload CPU estimates of `sol` on `workloads` (empty off the CPU).
+fn cpu_estimates(
+    cpu: bool,
+    workloads: &[&kg_contract::LoadedWorkload],
+    sol: &Solution,
+    rounds: u32,
+) -> IndexMap<String, f64> {
+    if !cpu {
+        return IndexMap::new();
+    }
+    workloads
+        .iter()
+        .map(|w| {
+            (
+                w.workload.uuid.clone(),
+                corpus::estimate_cpu_s(w, sol, rounds),
+            )
+        })
+        .collect()
+}
+
+/// Warns before a CPU run estimated at more than [`LONG_RUN_S`], with what the usual
+/// shortening flags would make of it.
+fn warn_if_long(estimated_s: f64, short_s: f64, interpreted: bool) {
+    if estimated_s <= LONG_RUN_S {
+        return;
+    }
+    let why = if interpreted {
+        " (Triton runs through its interpreter on the CPU, hundreds of ns per element per call)"
+    } else {
+        ""
+    };
+    eprintln!(
+        "warning: this CPU run is estimated at ~{}{why}; `--max-workloads 1 --rounds 2` would take ~{} (a rough estimate from input sizes)",
+        fmt_secs(estimated_s),
+        fmt_secs(short_s)
+    );
+}
+
+/// A CPU run estimated at more than this many seconds is warned about up front.
+const LONG_RUN_S: f64 = 600.0;
 
 /// Reads `--sign-key` (before any worker exists, so no worker can inherit or see it).
 fn load_signer(a: &EvalArgs) -> Result<Option<chain::TraceSigner>, Failure> {
@@ -481,8 +689,16 @@ fn evaluate(a: EvaluateArgs, cancel: &CancelToken) -> Result<i32, Failure> {
             .iter()
             .map(|w| (problem.definition.name.as_str(), w.workload.uuid.as_str())),
     );
+    let cpu = opts.device.is_cpu();
+    let estimates = cpu_estimates(cpu, &workloads, &solution, opts.rounds);
+    let estimated_s = estimates.values().sum::<f64>() + corpus::CPU_PAIR_FIXED_S;
+    if cpu {
+        let short = corpus::estimate_cpu_s(workloads[0], &solution, 2) + corpus::CPU_PAIR_FIXED_S;
+        warn_if_long(estimated_s, short, is_triton(&solution));
+    }
     let mut session = Session::new(interp, opts, cancel.clone()).map_err(from_exec)?;
-    let progress = Progress::new();
+    let mut progress = Progress::new(Verbosity::of(&a.env), workloads.len(), estimated_s);
+    progress.pair(&problem.definition.name, &solution.name, estimates);
     // Nothing is written while the candidate lives: `evaluate_sealed` returns once it is gone.
     let sealed = session.evaluate_sealed(&problem, None, &solution, &workloads, &mut |e| {
         progress.event(&e);
@@ -558,7 +774,44 @@ fn exit_for(traces: &[Trace]) -> i32 {
     if all { exit::OK } else { exit::FAILED }
 }
 
+fn is_triton(sol: &Solution) -> bool {
+    sol.spec
+        .languages
+        .iter()
+        .any(|l| l.eq_ignore_ascii_case("triton"))
+}
+
+/// Why `sol` cannot run on `device` with `python`, decided before anything runs; `None` when
+/// it can: a language kernelgate does not run, or one whose toolchain is missing here (the
+/// CPU runs only pytorch and triton).
+fn refusal(sol: &Solution, device: &kg_exec::DeviceChoice, python: &Path) -> Option<ExecError> {
+    check_languages(sol)
+        .and_then(|()| kg_exec::engine::toolchain_check(sol, device, python))
+        .err()
+}
+
+/// One problem/solution pair of a run.
+struct Pair {
+    found: corpus::FoundSolution,
+    path: PathBuf,
+    sha256: String,
+    /// Why it is not evaluated here (set once the device is known).
+    refused: Option<String>,
+}
+
+/// One problem of a run, keyed by its path.
+struct Planned {
+    key: String,
+    problem: Problem,
+    tree: kg_exec::integrity::DirSnapshot,
+    tree_sha256: String,
+    found: corpus::FoundSolutions,
+    /// The pairs the filters selected.
+    pairs: Vec<Pair>,
+}
+
 fn run(a: RunArgs, cancel: &CancelToken) -> Result<i32, Failure> {
+    let verbosity = Verbosity::of(&a.env);
     let dirs = corpus::discover(&a.corpus_dir).map_err(usage)?;
     let source = SolutionSource::parse(&a.solutions);
     if let SolutionSource::Dir(d) = &source
@@ -569,131 +822,358 @@ fn run(a: RunArgs, cancel: &CancelToken) -> Result<i32, Failure> {
             d.display()
         )));
     }
-    // Load everything first: bad solutions and unsupported languages stop before anything runs.
-    let mut plan = Vec::new();
+    let filters: Vec<corpus::Filter> = a
+        .filter
+        .iter()
+        .map(|f| f.parse())
+        .collect::<Result<_, _>>()
+        .map_err(usage)?;
+    let resume = if a.rerun {
+        corpus::Resume::All
+    } else if a.rerun_failed {
+        corpus::Resume::Failed
+    } else {
+        corpus::Resume::SkipFinished
+    };
+    // Load everything first: bad solutions stop before anything runs.
+    let mut plan: Vec<Planned> = Vec::new();
     let mut errors: IndexMap<String, String> = IndexMap::new();
     for d in &dirs {
-        let name = || {
-            d.file_name().map_or_else(
-                || d.display().to_string(),
-                |n| n.to_string_lossy().into_owned(),
-            )
-        };
-        match Problem::load(d) {
-            Ok(p) => {
-                let sols = corpus::solutions_for(&p, &source).map_err(usage)?;
-                for s in &sols {
-                    check_languages(s).map_err(from_exec)?;
-                }
-                // The tree as loaded: every evaluation of this problem must find it unchanged.
-                let tree = kg_exec::integrity::snapshot_dir(&p.dir);
-                match tree.sha256() {
-                    Ok(sha) => plan.push((p, tree, sha, sols)),
-                    Err(e) => {
-                        eprintln!("error: {e}");
-                        errors.insert(name(), e.to_string());
-                    }
-                }
-            }
+        let key = corpus::problem_key(&a.corpus_dir, d);
+        let p = match Problem::load(d) {
+            Ok(p) => p,
             Err(e) => {
-                eprintln!("error: {e}");
-                errors.insert(name(), e.to_string());
+                eprintln!("error: {key}: {e}");
+                errors.insert(key, e.to_string());
+                continue;
+            }
+        };
+        let found = corpus::find_solutions(&p, &key, &source).map_err(usage)?;
+        // The tree as loaded: every evaluation of this problem must find it unchanged.
+        let tree = kg_exec::integrity::snapshot_dir(&p.dir);
+        let tree_sha256 = match tree.sha256() {
+            Ok(sha) => sha,
+            Err(e) => {
+                eprintln!("error: {key}: {e}");
+                errors.insert(key, e.to_string());
+                continue;
+            }
+        };
+        let mut pairs = Vec::new();
+        for f in &found.solutions {
+            let pair = corpus::PairRef {
+                key: &key,
+                definition: &p.definition.name,
+                solution: &f.solution,
+            };
+            if !corpus::selected(&filters, &pair) {
+                continue;
+            }
+            pairs.push(Pair {
+                path: corpus::trace_path(&a.output, &key, &f.solution.name),
+                sha256: chain::solution_sha256(&f.solution).map_err(usage)?,
+                found: f.clone(),
+                refused: None,
+            });
+        }
+        plan.push(Planned {
+            key,
+            problem: p,
+            tree,
+            tree_sha256,
+            found,
+            pairs,
+        });
+    }
+    for dup in corpus::duplicate_definitions(
+        plan.iter()
+            .map(|p| (p.problem.dir.as_path(), &p.problem.definition)),
+    ) {
+        let dirs: Vec<String> = dup
+            .dirs
+            .iter()
+            .map(|d| format!("`{}`", d.display()))
+            .collect();
+        eprintln!(
+            "notice: definition `{}` is defined by {} problems ({}){}; each is evaluated on its own and keyed by its path",
+            dup.name,
+            dup.dirs.len(),
+            dirs.join(", "),
+            if dup.identical {
+                ""
+            } else {
+                ", with different definitions"
+            }
+        );
+    }
+    corpus::check_trace_paths(plan.iter().flat_map(|p| {
+        p.pairs.iter().map(|s| {
+            let from = s
+                .found
+                .file
+                .as_ref()
+                .map_or_else(|| "reference".to_string(), |f| f.display().to_string());
+            (format!("{} / {from}", p.key), s.path.as_path())
+        })
+    }))
+    .map_err(usage)?;
+    if verbosity != Verbosity::Quiet {
+        for p in plan.iter().filter(|p| p.found.solutions.is_empty()) {
+            eprintln!(
+                "notice: {}: no solutions (looked for {}); skipped",
+                p.key,
+                p.found.searched.join(" and ")
+            );
+        }
+        if source != SolutionSource::Reference {
+            let mut by_layout: IndexMap<corpus::SolutionLayout, usize> = IndexMap::new();
+            for l in plan.iter().flat_map(|p| p.found.layouts.iter()) {
+                *by_layout.entry(*l).or_default() += 1;
+            }
+            let parts: Vec<String> = by_layout
+                .iter()
+                .map(|(l, n)| format!("{n} problem(s) from {l}"))
+                .collect();
+            if !parts.is_empty() {
+                eprintln!("solutions: {}", parts.join("; "));
             }
         }
+    }
+    let selected: usize = plan.iter().map(|p| p.pairs.len()).sum();
+    if !filters.is_empty() && selected == 0 {
+        return Err(usage(anyhow!(
+            "--filter {} matched no problem/solution pair of `{}`",
+            a.filter
+                .iter()
+                .map(|f| format!("`{f}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            a.corpus_dir.display()
+        )));
     }
     let signer = load_signer(&a.eval)?;
     let run_id = chain::new_run_id().map_err(usage)?;
     let (interp, acquired) = prepare_env(&a.env)?;
     let device = acquired.choice.clone();
-    let opts = options(&acquired, &a.eval)?;
-    sol_notice(
-        &opts,
-        plan.iter().flat_map(|(p, _, _, _)| {
-            corpus::select_workloads(p, None, a.eval.max_workloads)
-                .into_iter()
-                .map(|w| (p.definition.name.as_str(), w.workload.uuid.as_str()))
-        }),
-    );
-    let mut session = Session::new(interp, opts, cancel.clone()).map_err(from_exec)?;
-    let progress = Progress::new();
-    let mut files = Vec::new();
-    let mut rows = Vec::new();
-    for (problem, tree, tree_sha256, sols) in &plan {
-        let name = problem.definition.name.clone();
-        if sols.is_empty() {
-            eprintln!("notice: {name}: no solutions in the chosen source; skipped");
-            continue;
-        }
-        let workloads = corpus::select_workloads(problem, None, a.eval.max_workloads);
-        for sol in sols {
-            let path = corpus::trace_path(&a.output, &name, &sol.name);
-            files.push((name.clone(), sol.name.clone(), path.clone()));
-            let solution_sha256 = chain::solution_sha256(sol).map_err(usage)?;
-            if !a.rerun && corpus::is_finished(&path, &workloads, tree_sha256, &solution_sha256) {
+    // Refused up front, named, before any worker starts.
+    let mut refused: IndexMap<String, IndexMap<String, String>> = IndexMap::new();
+    for p in &mut plan {
+        for s in &mut p.pairs {
+            if let Some(e) = refusal(&s.found.solution, &device, &interp.path) {
                 eprintln!(
-                    "notice: {name} / {}: complete traces in `{}`; skipped (use --rerun)",
-                    sol.name,
-                    path.display()
+                    "refused: {} / {} ({}): {e}",
+                    p.key,
+                    s.found.solution.name,
+                    s.found.solution.spec.languages.join(", ")
                 );
-                rows.push((name.clone(), sol.name.clone(), None));
-                continue;
-            }
-            if path.exists()
-                && let Err(e) = std::fs::remove_file(&path)
-            {
-                session.shutdown();
-                return Err(usage(anyhow!(
-                    "failed to remove stale `{}`: {e}",
-                    path.display()
-                )));
-            }
-            // Nothing is written while the candidate lives: `evaluate_sealed` returns once it
-            // is gone.
-            let res = session.evaluate_sealed(problem, Some(tree), sol, &workloads, &mut |e| {
-                progress.event(&e);
-            });
-            let evaluated = match res {
-                Ok(e) => e,
-                Err(e @ ExecError::ProblemChanged { .. }) => {
-                    // An earlier candidate (or someone) changed this problem: no later
-                    // evaluation of it can be trusted; the other problems still run.
-                    eprintln!("error: {e}");
-                    errors.insert(name.clone(), e.to_string());
-                    break;
-                }
-                Err(e) => {
-                    session.shutdown();
-                    return Err(from_exec(e));
-                }
-            };
-            let written = chain::Manifest::new(&run_id, &name, &evaluated.problem_tree_sha256, sol)
-                .map_err(chain::ChainError::from)
-                .and_then(|m| {
-                    chain::write_traces(
-                        &path,
-                        &evaluated.traces,
-                        &m,
-                        signer.as_ref(),
-                        chain::WriteMode::Replace,
-                    )
-                });
-            match written {
-                Ok(w) => rows.push((name.clone(), sol.name.clone(), Some(w.traces))),
-                Err(e) => {
-                    session.shutdown();
-                    return Err(usage(e));
-                }
-            }
-            // Stopped part way (Ctrl-C, the judge lost): the finished traces are written.
-            if let Some(e) = evaluated.error {
-                session.shutdown();
-                return Err(from_exec(e));
+                refused
+                    .entry(p.key.clone())
+                    .or_default()
+                    .insert(s.found.solution.name.clone(), e.to_string());
+                s.refused = Some(e.to_string());
             }
         }
     }
+    let n_refused: usize = refused.values().map(IndexMap::len).sum();
+    if n_refused > 0 {
+        eprintln!(
+            "{n_refused} of {selected} problem/solution pair(s) refused up front (not evaluated); {} to go",
+            selected - n_refused
+        );
+        if n_refused == selected {
+            return Err(usage(anyhow!(
+                "every selected solution was refused on {device}: nothing can be evaluated here"
+            )));
+        }
+    }
+    let opts = options(&acquired, &a.eval)?;
+    sol_notice(
+        &opts,
+        plan.iter().flat_map(|p| {
+            corpus::select_workloads(&p.problem, None, a.eval.max_workloads)
+                .into_iter()
+                .map(|w| (p.problem.definition.name.as_str(), w.workload.uuid.as_str()))
+        }),
+    );
+    // Which pairs run: finished traces are kept unless --rerun / --rerun-failed says otherwise.
+    let mut to_run: Vec<(usize, usize)> = Vec::new();
+    for (i, p) in plan.iter().enumerate() {
+        let workloads = corpus::select_workloads(&p.problem, None, a.eval.max_workloads);
+        for (j, s) in p.pairs.iter().enumerate() {
+            if s.refused.is_some() {
+                continue;
+            }
+            let state = corpus::prior_state(&s.path, &workloads, &p.tree_sha256, &s.sha256);
+            if resume.evaluates(state) {
+                to_run.push((i, j));
+            } else if verbosity != Verbosity::Quiet {
+                let what = match state {
+                    corpus::PriorState::NotPassed(n) => {
+                        format!("{n} workload(s) did not pass; --rerun-failed evaluates it again")
+                    }
+                    _ => "all PASSED; --rerun evaluates it again".to_string(),
+                };
+                eprintln!(
+                    "notice: {} / {}: complete traces in `{}` ({what}); skipped",
+                    p.key,
+                    s.found.solution.name,
+                    s.path.display()
+                );
+            }
+        }
+    }
+    let cpu = opts.device.is_cpu();
+    let rounds = opts.rounds;
+    let (mut estimated_s, mut short_s, mut total) = (0.0, 0.0, 0);
+    let mut interpreted = false;
+    for &(i, j) in &to_run {
+        let p = &plan[i];
+        let sol = &p.pairs[j].found.solution;
+        let workloads = corpus::select_workloads(&p.problem, None, a.eval.max_workloads);
+        total += workloads.len();
+        if cpu {
+            interpreted |= is_triton(sol);
+            estimated_s += corpus::CPU_PAIR_FIXED_S
+                + cpu_estimates(true, &workloads, sol, rounds)
+                    .values()
+                    .sum::<f64>();
+            short_s += corpus::CPU_PAIR_FIXED_S
+                + workloads
+                    .first()
+                    .map_or(0.0, |w| corpus::estimate_cpu_s(w, sol, 2));
+        }
+    }
+    if cpu {
+        warn_if_long(estimated_s, short_s, interpreted);
+    }
+    let mut session = Session::new(interp, opts, cancel.clone()).map_err(from_exec)?;
+    let mut progress = Progress::new(verbosity, total, estimated_s);
+    let mut evaluated_traces: IndexMap<(usize, usize), Vec<Trace>> = IndexMap::new();
+    let mut stopped: Vec<usize> = Vec::new();
+    for &(i, j) in &to_run {
+        let p = &plan[i];
+        if stopped.contains(&i) {
+            continue;
+        }
+        let s = &p.pairs[j];
+        let sol = &s.found.solution;
+        let workloads = corpus::select_workloads(&p.problem, None, a.eval.max_workloads);
+        if s.path.exists()
+            && let Err(e) = std::fs::remove_file(&s.path)
+        {
+            session.shutdown();
+            return Err(usage(anyhow!(
+                "failed to remove stale `{}`: {e}",
+                s.path.display()
+            )));
+        }
+        progress.pair(
+            &p.key,
+            &sol.name,
+            cpu_estimates(cpu, &workloads, sol, rounds),
+        );
+        // Nothing is written while the candidate lives: `evaluate_sealed` returns once it
+        // is gone.
+        let res = session.evaluate_sealed(&p.problem, Some(&p.tree), sol, &workloads, &mut |e| {
+            progress.event(&e);
+        });
+        let evaluated = match res {
+            Ok(e) => e,
+            Err(e @ ExecError::ProblemChanged { .. }) => {
+                // An earlier candidate (or someone) changed this problem: no later
+                // evaluation of it can be trusted; the other problems still run.
+                eprintln!("error: {}: {e}", p.key);
+                errors.insert(p.key.clone(), e.to_string());
+                stopped.push(i);
+                continue;
+            }
+            Err(e) => {
+                session.shutdown();
+                return Err(from_exec(e));
+            }
+        };
+        let written = chain::Manifest::new(
+            &run_id,
+            &p.problem.definition.name,
+            &evaluated.problem_tree_sha256,
+            sol,
+        )
+        .map_err(chain::ChainError::from)
+        .and_then(|m| {
+            chain::write_traces(
+                &s.path,
+                &evaluated.traces,
+                &m,
+                signer.as_ref(),
+                chain::WriteMode::Replace,
+            )
+        });
+        match written {
+            Ok(w) => {
+                evaluated_traces.insert((i, j), w.traces);
+            }
+            Err(e) => {
+                session.shutdown();
+                return Err(usage(e));
+            }
+        }
+        // Stopped part way (Ctrl-C, the judge lost): the finished traces are written.
+        if let Some(e) = evaluated.error {
+            session.shutdown();
+            return Err(from_exec(e));
+        }
+    }
     session.shutdown();
+    // Every selected pair that was not refused and whose problem was not stopped before it
+    // ran has one trace file: evaluated now, or kept from an earlier run.
+    let mut files = Vec::new();
+    let mut rows = Vec::new();
+    for (i, p) in plan.iter().enumerate() {
+        for (j, s) in p.pairs.iter().enumerate() {
+            let state = if let Some(why) = &s.refused {
+                output::RowState::Refused(why.clone())
+            } else if let Some(t) = evaluated_traces.get(&(i, j)) {
+                output::RowState::Evaluated(t.clone())
+            } else if to_run.contains(&(i, j)) {
+                // Its problem changed before it was due: listed in `errors`.
+                output::RowState::NotRun
+            } else {
+                output::RowState::Kept(s.path.clone())
+            };
+            if matches!(
+                state,
+                output::RowState::Evaluated(_) | output::RowState::Kept(_)
+            ) {
+                files.push(corpus::TraceFile {
+                    key: p.key.clone(),
+                    solution: s.found.solution.name.clone(),
+                    path: s.path.clone(),
+                });
+            }
+            rows.push(output::RunRow {
+                key: p.key.clone(),
+                solution: s.found.solution.name.clone(),
+                state,
+            });
+        }
+    }
     let mut summary = corpus::summarize(&a.corpus_dir, &device.to_string(), &files, errors);
-    let paths: Vec<PathBuf> = files.iter().map(|(_, _, p)| p.clone()).collect();
+    summary.problem_info = plan
+        .iter()
+        .map(|p| {
+            (
+                p.key.clone(),
+                corpus::ProblemInfo {
+                    definition: p.problem.definition.name.clone(),
+                    dir: p.problem.dir.display().to_string(),
+                    solutions_from: p.found.layouts.clone(),
+                },
+            )
+        })
+        .collect();
+    summary.refused = refused;
+    summary.filters = a.filter.clone();
+    let paths: Vec<PathBuf> = files.iter().map(|f| f.path.clone()).collect();
     summary.chain =
         Some(chain::RunChain::seal(&a.output, &run_id, &paths, signer.as_ref()).map_err(usage)?);
     let summary_path = a.output.join("summary.json");
@@ -702,9 +1182,12 @@ fn run(a: RunArgs, cancel: &CancelToken) -> Result<i32, Failure> {
     if a.env.json {
         println!("{}", serde_json::to_string_pretty(&summary).map_err(usage)?);
     } else {
-        println!("{}", output::run_table(&rows, &files));
+        println!("{}", output::run_table(&rows));
         println!("{}", output::summary_line(&summary));
-        println!("traces: {}/<problem>/<solution>.jsonl", a.output.display());
+        println!(
+            "traces: {}/<problem path>/<solution>.jsonl",
+            a.output.display()
+        );
         println!("summary: {}", summary_path.display());
     }
     Ok(if summary.all_passed() {
@@ -729,6 +1212,10 @@ fn validate(a: ValidateArgs, cancel: &CancelToken) -> Result<i32, Failure> {
             }),
         }
     }
+    // Traces name only their definition: problems sharing a name are told apart by path in
+    // `run`, but not by `verify --corpus` or by a reader of a trace.
+    let dups =
+        corpus::duplicate_definitions(loaded.iter().map(|p| (p.dir.as_path(), &p.definition)));
     let (interp, acquired) = prepare_env(&a.env)?;
     let timeout = if a.timeout.is_finite() && a.timeout > 0.0 {
         Duration::from_secs_f64(a.timeout)
@@ -744,6 +1231,27 @@ fn validate(a: ValidateArgs, cancel: &CancelToken) -> Result<i32, Failure> {
         let mut messages: Vec<String> = p.warnings.clone();
         let smallest = p.workloads.iter().min_by_key(|w| corpus::input_elements(w));
         let mut ok = true;
+        if let Some(d) = dups.iter().find(|d| d.dirs.contains(&p.dir)) {
+            let others: Vec<String> = d
+                .dirs
+                .iter()
+                .filter(|o| **o != p.dir)
+                .map(|o| format!("`{}`", o.display()))
+                .collect();
+            // Different definitions under one name make a trace ambiguous: BAD. The same
+            // definition twice (SOL-ExecBench's examples, one per language) is flagged only.
+            ok = d.identical;
+            messages.push(format!(
+                "duplicate definition name `{}`: also defined by {}{}; traces name only the definition, so `kg-bench verify --corpus` cannot tell them apart (`run` keys them by path)",
+                d.name,
+                others.join(", "),
+                if d.identical {
+                    " (the same definition)"
+                } else {
+                    " with a different definition"
+                }
+            ));
+        }
         if let Some(w) = smallest {
             match session.check_reference(p, w) {
                 Ok(None) => {}
@@ -763,7 +1271,15 @@ fn validate(a: ValidateArgs, cancel: &CancelToken) -> Result<i32, Failure> {
             }
         }
         findings.push(output::Finding {
-            problem: p.definition.name.clone(),
+            problem: if dups.iter().any(|d| d.dirs.contains(&p.dir)) {
+                format!(
+                    "{} ({})",
+                    p.definition.name,
+                    corpus::problem_key(&a.corpus_dir, &p.dir)
+                )
+            } else {
+                p.definition.name.clone()
+            },
             workloads: p.workloads.len(),
             ok,
             messages,

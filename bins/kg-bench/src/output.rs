@@ -30,11 +30,17 @@ fn ms(v: f64) -> String {
     }
 }
 
+/// A workload's wall time (the engine's `evaluation.wall_s`), `-` when it has none.
+fn wall(w: Option<f64>) -> String {
+    w.map_or_else(|| "-".into(), |s| format!("{s:.1}"))
+}
+
 fn short(uuid: &str) -> String {
     uuid.chars().take(13).collect()
 }
 
-fn first_line(s: &str) -> String {
+/// The first line of a log that says something (for notes), at most 90 characters.
+pub fn first_line(s: &str) -> String {
     let l = s
         .lines()
         .find(|l| !l.trim().is_empty() && !l.starts_with("---"))
@@ -53,6 +59,7 @@ pub fn trace_table(traces: &[Trace]) -> Table {
     t.set_header(vec![
         "workload",
         "status",
+        "wall s",
         "latency ms",
         "ref ms",
         "speedup",
@@ -81,6 +88,7 @@ pub fn trace_table(traces: &[Trace]) -> Table {
         t.add_row(vec![
             short(&tr.workload.uuid),
             e.status.to_string(),
+            wall(e.wall_s),
             lat,
             rl,
             sp,
@@ -120,11 +128,30 @@ pub fn totals_line(traces: &[Trace]) -> String {
     line
 }
 
+/// What became of one problem/solution pair in a corpus run.
+pub enum RowState {
+    /// Evaluated now: its traces.
+    Evaluated(Vec<Trace>),
+    /// Kept from an earlier run (complete traces): the file.
+    Kept(PathBuf),
+    /// Refused before anything ran: why.
+    Refused(String),
+    /// Not evaluated: its problem changed before it was due (in the summary's `errors`).
+    NotRun,
+}
+
+/// One row of [`run_table`].
+pub struct RunRow {
+    /// The problem key (its path in the corpus).
+    pub key: String,
+    /// The solution name.
+    pub solution: String,
+    /// What became of it.
+    pub state: RowState,
+}
+
 /// Per problem and solution table of a corpus run.
-pub fn run_table(
-    rows: &[(String, String, Option<Vec<Trace>>)],
-    files: &[(String, String, PathBuf)],
-) -> Table {
+pub fn run_table(rows: &[RunRow]) -> Table {
     let mut t = Table::new();
     t.load_style(UTF8_FULL_CONDENSED);
     t.set_header(vec![
@@ -133,28 +160,50 @@ pub fn run_table(
         "workloads",
         "passed",
         "other",
+        "wall s",
         "geomean speedup",
+        "note",
     ]);
-    for (problem, solution, traces) in rows {
-        let traces: Vec<Trace> = match traces {
-            Some(t) => t.clone(),
-            None => files
-                .iter()
-                .find(|(p, s, _)| p == problem && s == solution)
-                .and_then(|(_, _, f)| kg_contract::io::load_jsonl::<Trace>(f).ok())
-                .map(|rows| rows.into_iter().map(|(_, t, _)| t).collect())
-                .unwrap_or_default(),
+    for row in rows {
+        let (traces, note): (Vec<Trace>, String) = match &row.state {
+            RowState::Evaluated(t) => (t.clone(), String::new()),
+            RowState::Kept(f) => (
+                kg_contract::io::load_jsonl::<Trace>(f)
+                    .map(|rows| rows.into_iter().map(|(_, t, _)| t).collect())
+                    .unwrap_or_default(),
+                "earlier run (kept)".into(),
+            ),
+            RowState::Refused(why) => {
+                t.add_row(vec![
+                    row.key.clone(),
+                    row.solution.clone(),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                    format!("refused: {}", first_line(why)),
+                ]);
+                continue;
+            }
+            RowState::NotRun => (Vec::new(), "not run: its problem changed".into()),
         };
         let mut passed = 0;
         let mut other: Vec<String> = Vec::new();
         let mut logs = 0.0;
         let mut n = 0;
+        let mut wall_s = 0.0;
+        let mut walls = 0;
         for tr in &traces {
             let Some(e) = &tr.evaluation else { continue };
             if e.status == Status::Passed {
                 passed += 1;
             } else {
                 other.push(e.status.to_string());
+            }
+            if let Some(w) = e.wall_s {
+                wall_s += w;
+                walls += 1;
             }
             if let Some(p) = &e.performance
                 && p.speedup_factor > 0.0
@@ -163,18 +212,25 @@ pub fn run_table(
                 n += 1;
             }
         }
+        other.sort();
         other.dedup();
         t.add_row(vec![
-            problem.clone(),
-            solution.clone(),
+            row.key.clone(),
+            row.solution.clone(),
             traces.len().to_string(),
             passed.to_string(),
             other.join(","),
+            if walls > 0 {
+                format!("{wall_s:.1}")
+            } else {
+                "-".into()
+            },
             if n > 0 {
                 format!("{:.3}x", (logs / n as f64).exp())
             } else {
                 "-".into()
             },
+            note,
         ]);
     }
     t
@@ -197,7 +253,16 @@ pub fn summary_line(s: &RunSummary) -> String {
         }
     );
     if !s.errors.is_empty() {
-        line.push_str(&format!("; {} problem(s) failed to load", s.errors.len()));
+        line.push_str(&format!(
+            "; {} problem(s) failed to load or changed",
+            s.errors.len()
+        ));
+    }
+    let refused: usize = s.refused.values().map(|m| m.len()).sum();
+    if refused > 0 {
+        line.push_str(&format!(
+            "; {refused} problem/solution pair(s) refused up front (not evaluated)"
+        ));
     }
     line
 }
