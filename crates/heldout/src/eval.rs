@@ -256,12 +256,13 @@ pub fn evaluate(opts: &EvalOptions) -> Result<EvalOutcome, HeldoutError> {
             Some(why) => not_run(&q, &out_ws, why),
             None => {
                 let mut r = evaluate_task(opts, &q, &out_ws, &tasks_dir.join(&q.id), &device);
-                if opts.device == DeviceMode::Gpu && needs_device_recheck(&r) {
-                    if let Err(problem) = crate::device::probe(&opts.python) {
-                        let why = problem.to_string();
-                        mark_device_unusable(&mut r, &why);
-                        device_lost = Some(why);
-                    }
+                if opts.device == DeviceMode::Gpu
+                    && needs_device_recheck(&r)
+                    && let Err(problem) = crate::device::probe(&opts.python)
+                {
+                    let why = problem.to_string();
+                    mark_device_unusable(&mut r, &why);
+                    device_lost = Some(why);
                 }
                 r
             }

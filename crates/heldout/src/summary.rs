@@ -359,14 +359,17 @@ pub fn summarize(results: &[HeldoutTaskResult]) -> HeldoutSummary {
         .map(|r| r.speedup_ratio)
         .filter(|s| *s > 0.0)
         .collect();
+    // Over the same tasks as `held`: a both_pass task without a held-out timing would otherwise
+    // count on one side of the gap only and show as a loss that was never measured.
     let orig: Vec<f64> = both_pass
         .iter()
+        .filter(|r| r.speedup_ratio > 0.0)
         .map(|r| r.original_run_speedup_ratio)
         .filter(|s| *s > 0.0)
         .collect();
     let hs = stats("Speedup on held-out shapes (both_pass tasks only)", &held);
     let os = stats(
-        "Speedup from original run (both_pass tasks only, for reference)",
+        "Speedup from original run (both_pass tasks with a held-out speedup, for reference)",
         &orig,
     );
     let per_task = results
@@ -500,6 +503,28 @@ mod tests {
         assert_eq!(s.speedup_retention.ratio, Some(0.8));
         assert_eq!(s.per_task[0].speedup_retention, Some(0.8));
         assert_eq!(s.per_task[2].speedup_retention, None);
+    }
+
+    /// A both_pass task without a valid timing is counted as such and is in neither speedup
+    /// statistic, so the gap compares the same tasks.
+    #[test]
+    fn both_pass_without_timing_is_in_no_speedup_statistic() {
+        let mut untimed = r("both_pass", true, true, 0.0, 3.0);
+        untimed.speedup_status = Some(SpeedupStatus::NoValidTiming);
+        let mut timed = r("both_pass", true, true, 1.2, 1.5);
+        timed.speedup_status = Some(SpeedupStatus::Measured);
+        let s = summarize(&[timed, untimed]);
+        assert_eq!(s.quadrant_counts["both_pass"], 2);
+        assert_eq!(s.both_pass_without_timing, 1);
+        assert_eq!(s.heldout_speedup_stats.count, 1);
+        assert_eq!(s.original_run_speedup_stats.count, 1);
+        assert_eq!(s.original_run_speedup_stats.mean, 1.5);
+        assert_eq!(s.generalization_gap.speedup_mean_delta, -0.3);
+        assert_eq!(s.speedup_retention.ratio, Some(0.8));
+        assert_eq!(
+            s.per_task[1].speedup_status,
+            Some(SpeedupStatus::NoValidTiming)
+        );
     }
 
     #[test]
