@@ -519,3 +519,53 @@ fn help_lists_the_exit_codes() {
         }
     }
 }
+
+/// A `--tasks` re-run that cannot read an entry it would keep changes nothing (exit 2); a full
+/// run summarises exactly what it evaluated and names a directory an earlier run left.
+#[test]
+fn unreadable_kept_entry_stops_the_rerun_and_stale_directories_are_named() {
+    let f = Fixture::new(true);
+    let a = f.add_task("kg_a", PASSES);
+    let b = f.add_task("kg_b", PASSES);
+    let o = f.eval(&[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let summary_path = f.out_dir().join("heldout_summary.yaml");
+    let b_result = f
+        .out_dir()
+        .join(ws_name("kg_b"))
+        .join("heldout_task_result.yaml");
+    std::fs::write(&b_result, "task_name: [not a result\n").unwrap();
+    let before = std::fs::read(&summary_path).unwrap();
+    let a_log = f
+        .out_dir()
+        .join(ws_name("kg_a"))
+        .join("logs/opt_compile_0.log");
+    std::fs::remove_file(&a_log).unwrap();
+    let o = f.eval(&["--tasks", &a]);
+    let all = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{all}");
+    assert!(
+        all.contains("heldout_task_result.yaml"),
+        "names the file: {all}"
+    );
+    assert_eq!(before, std::fs::read(&summary_path).unwrap());
+    assert!(
+        !a_log.exists(),
+        "kg_a was re-run although nothing may change"
+    );
+    // kg_b leaves the held-out set; a full run summarises kg_a only and names kg_b's directory.
+    std::fs::remove_file(f.heldout.join(&b).join("held_out_shapes.yaml")).unwrap();
+    let o = f.eval(&[]);
+    let all = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{all}");
+    let s = f.summary();
+    assert_eq!(s["total_tasks"], 1, "{s}");
+    assert_eq!(s["per_task"][0]["task_name"], a.as_str());
+    assert!(
+        all.contains(&format!(
+            "warning: `{}` holds a result of an earlier evaluation that is not in this summary",
+            ws_name("kg_b")
+        )),
+        "{all}"
+    );
+}

@@ -291,6 +291,23 @@ pub fn evaluate(opts: &EvalOptions) -> Result<EvalOutcome, HeldoutError> {
     let mut all: Vec<(OsString, HeldoutTaskResult)> = kept;
     all.extend(results.iter().cloned());
     all.sort_by(|a, b| a.0.cmp(&b.0));
+    // Left by an earlier evaluation and in neither this run nor the kept entries: say so, so
+    // a directory on disk is never mistaken for part of this summary.
+    if let Ok(entries) = std::fs::read_dir(&output_dir) {
+        let mut stale: Vec<String> = entries
+            .flatten()
+            .filter(|e| e.path().join("heldout_task_result.yaml").is_file())
+            .map(|e| e.file_name())
+            .filter(|n| !all.iter().any(|(name, _)| name == n))
+            .map(|n| n.to_string_lossy().into_owned())
+            .collect();
+        stale.sort();
+        for n in stale {
+            log.line(&format!(
+                "warning: `{n}` holds a result of an earlier evaluation that is not in this summary"
+            ));
+        }
+    }
     let merged: Vec<HeldoutTaskResult> = all.into_iter().map(|(_, r)| r).collect();
     let mut summary = summary::summarize(&merged);
     summary.carried_over = carried_over;
