@@ -29,7 +29,8 @@ Exit codes:
   0  every task was evaluated (each is in a quadrant, whatever the quadrant)
   1  some task of the summary has status `error` (it could not be set up or started;
      carried-over entries of a --tasks re-run count)
-  2  bad input, or an earlier entry a --tasks re-run would keep is unreadable; nothing written
+  2  bad input, or an earlier entry a --tasks re-run would keep is unreadable (nothing run or
+     written); or the summary could not be written
   3  no usable device: the interpreter's torch sees no CUDA/HIP device (nothing run, nothing
      written), or the device became unusable during the run (that task and the ones after it
      are `error`)";
@@ -178,12 +179,24 @@ fn main() -> ExitCode {
     }
 }
 
+/// What `generate` did with a task.
+#[derive(Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum GenerateStatus {
+    Generated,
+    Failed,
+    Unsupported,
+    /// --dry-run: a file would be generated.
+    Supported,
+    /// --dry-run: the rules backend cannot plan this task.
+    NotPossible,
+}
+
 /// One task of `generate --json`.
 #[derive(Serialize)]
 struct GenerateEntry {
     task: String,
-    /// `generated`, `failed`, `unsupported`, or for --dry-run `supported` or `not_possible`.
-    status: &'static str,
+    status: GenerateStatus,
     /// The injection target, for supported tasks.
     target: Option<&'static str>,
     /// The written file.
@@ -204,7 +217,7 @@ struct GenerateReport {
     failed: usize,
 }
 
-fn entry(task: &str, status: &'static str) -> GenerateEntry {
+fn entry(task: &str, status: GenerateStatus) -> GenerateEntry {
     GenerateEntry {
         task: task.to_string(),
         status,
@@ -256,7 +269,7 @@ fn run_generate(a: GenerateArgs) -> Result<i32, Failure> {
             Err(why) => {
                 entries.push(GenerateEntry {
                     reason: Some(why.to_string()),
-                    ..entry(&t.id, "unsupported")
+                    ..entry(&t.id, GenerateStatus::Unsupported)
                 });
                 continue;
             }
@@ -269,17 +282,17 @@ fn run_generate(a: GenerateArgs) -> Result<i32, Failure> {
                         num_original_shapes: Some(plan.shapes.num_original_shapes),
                         rows: Some(plan.shapes.shapes.len()),
                         injections: Some(plan.shapes.injections.len()),
-                        ..entry(&t.id, "supported")
+                        ..entry(&t.id, GenerateStatus::Supported)
                     }),
                     Err(e) => entries.push(GenerateEntry {
                         reason: Some(e.to_string()),
-                        ..entry(&t.id, "not_possible")
+                        ..entry(&t.id, GenerateStatus::NotPossible)
                     }),
                 }
             } else {
                 entries.push(GenerateEntry {
                     target: Some(scope.target()),
-                    ..entry(&t.id, "supported")
+                    ..entry(&t.id, GenerateStatus::Supported)
                 });
             }
             continue;
@@ -302,14 +315,14 @@ fn run_generate(a: GenerateArgs) -> Result<i32, Failure> {
                 entries.push(GenerateEntry {
                     target: Some(scope.target()),
                     path: Some(path),
-                    ..entry(&t.id, "generated")
+                    ..entry(&t.id, GenerateStatus::Generated)
                 });
             }
             Err(e) => {
                 failed += 1;
                 entries.push(GenerateEntry {
                     reason: Some(e.to_string()),
-                    ..entry(&t.id, "failed")
+                    ..entry(&t.id, GenerateStatus::Failed)
                 });
             }
         }
@@ -336,10 +349,10 @@ fn print_generate_line(e: &GenerateEntry, backend: Backend) {
     let reason = e.reason.as_deref().unwrap_or("");
     let target = e.target.unwrap_or("");
     match e.status {
-        "unsupported" => println!("unsupported  {}  ({reason})", e.task),
-        "not_possible" => println!("not possible {}  ({reason})", e.task),
-        "failed" => println!("failed       {}  ({reason})", e.task),
-        "generated" => println!(
+        GenerateStatus::Unsupported => println!("unsupported  {}  ({reason})", e.task),
+        GenerateStatus::NotPossible => println!("not possible {}  ({reason})", e.task),
+        GenerateStatus::Failed => println!("failed       {}  ({reason})", e.task),
+        GenerateStatus::Generated => println!(
             "generated    {}  -> {}",
             e.task,
             e.path
@@ -347,7 +360,7 @@ fn print_generate_line(e: &GenerateEntry, backend: Backend) {
                 .unwrap_or(std::path::Path::new(""))
                 .display()
         ),
-        _ => match (e.num_original_shapes, e.rows, e.injections) {
+        GenerateStatus::Supported => match (e.num_original_shapes, e.rows, e.injections) {
             (Some(n), Some(rows), Some(inj)) => println!(
                 "supported    {}  [{target}] {n} original shapes -> {rows} held-out rows in {inj} injection(s)",
                 e.task
