@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
+use kg_contract::report::Verdict;
 use kg_validate::options::{parse_grid, parse_perf_args, parse_tol_table};
 use kg_validate::{AxisSpec, HostSettings, Options, RunnerChoice, ValidateError};
 
@@ -20,8 +21,6 @@ use kg_validate::{AxisSpec, HostSettings, Options, RunnerChoice, ValidateError};
 /// PERF_TIMEOUT, PERF_REPEAT (3), PERF_THRESHOLD (0.95), PERF_MIN_ROWS (3),
 /// PERF_CONTROL_TOL (0.10), KG_VALIDATE_PICK_SAMPLES (10), KG_VALIDATE_PICK_INTERVAL_S (1),
 /// and kg-gpu's KG_GPU_BACKEND / KG_GPU_LOCK_DIR.
-///
-/// Exit codes: 0 PASS, 1 BLOCK or NEEDS_WORK, 2 INCONCLUSIVE (and bad input, interruption).
 #[derive(Parser, Debug)]
 #[command(name = "kg-validate-pr", version)]
 struct Cli {
@@ -99,6 +98,19 @@ struct Cli {
     python: Option<PathBuf>,
 }
 
+/// Exit code for input the validator refuses, a failure of its own, and interruption.
+const EXIT_ERROR: i32 = 2;
+
+/// The exit-code table shown by `-h` and `--help`, from the codes the verdicts carry.
+fn exit_codes_help() -> String {
+    format!(
+        "Exit codes:\n  {}  PASS\n  {}  BLOCK or NEEDS_WORK\n  {}  INCONCLUSIVE; also bad input, a validator error, or SIGINT/SIGTERM/SIGHUP (an `error:` line, no report)",
+        Verdict::Pass.exit_code(),
+        Verdict::Block.exit_code(),
+        Verdict::Inconclusive.exit_code(),
+    )
+}
+
 fn options(cli: &Cli) -> Result<Options, ValidateError> {
     let axes = cli
         .axis
@@ -149,7 +161,8 @@ fn main() {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let matches = Cli::command().after_help(exit_codes_help()).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     std::process::exit(real_main(&cli));
 }
 
@@ -162,33 +175,34 @@ fn real_main(cli: &Cli) -> i32 {
     ] {
         if let Err(e) = signal_hook::flag::register(sig, cancel.clone()) {
             eprintln!("error: failed to install a signal handler: {e}");
-            return 2;
+            return EXIT_ERROR;
         }
     }
     let opts = match options(cli) {
         Ok(o) => o,
         Err(e) => {
             eprintln!("error: {e}");
-            return 2;
+            return EXIT_ERROR;
         }
     };
-    let report = match kg_validate::pipeline::run(&opts, cancel) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return 2;
-        }
-    };
+    let kg_validate::pipeline::Validation { report, decision } =
+        match kg_validate::pipeline::run(&opts, cancel) {
+            Ok(v) => v,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return EXIT_ERROR;
+            }
+        };
     if let Err(e) = kg_validate::write_report(&report, &opts.out) {
         eprintln!("error: {e}");
-        return 2;
+        return EXIT_ERROR;
     }
     if let Some(md) = &cli.markdown
         && let Err(e) =
             kg_contract::io::write_atomic(md, kg_validate::markdown::render(&report).as_bytes())
     {
         eprintln!("error: failed to write `{}`: {e}", md.display());
-        return 2;
+        return EXIT_ERROR;
     }
     if cli.json {
         match serde_json::to_string_pretty(&report) {
@@ -196,11 +210,12 @@ fn real_main(cli: &Cli) -> i32 {
             Err(e) => eprintln!("error: failed to print the report: {e}"),
         }
     }
+    // The verdict and the first stage that decided it; the full reason is in the report.
     eprintln!(
-        "{}: {} ({}); report `{}`",
+        "{}: {}, {}; report `{}`",
         report.label,
         report.verdict.as_str(),
-        report.verdict_reason,
+        decision.summary(),
         opts.out.display()
     );
     report.process_exit_code

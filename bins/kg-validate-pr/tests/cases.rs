@@ -46,7 +46,7 @@ fn argnames_grid() -> Vec<&'static str> {
 
 #[test]
 fn tail_store_bug_hidden_by_commented_rows_blocks() {
-    let Some(py) = python(false) else { return };
+    let py = python(false);
     let f = Fixture::new(
         &[
             TAIL_BUG,
@@ -100,7 +100,7 @@ fn tail_store_bug_hidden_by_commented_rows_blocks() {
 
 #[test]
 fn test_only_tolerance_widening_blocks() {
-    let Some(py) = python(false) else { return };
+    let py = python(false);
     let f = Fixture::new(
         &[Edit::Replace(
             "tests/test_rowsum.py",
@@ -133,7 +133,7 @@ fn test_only_tolerance_widening_blocks() {
 
 #[test]
 fn kernel_change_plus_widening_needs_work() {
-    let Some(py) = python(false) else { return };
+    let py = python(false);
     let f = Fixture::new(
         &[
             BENIGN,
@@ -170,7 +170,7 @@ fn kernel_change_plus_widening_needs_work() {
 
 #[test]
 fn target_that_ignores_its_grid_is_inconclusive() {
-    let Some(py) = python(false) else { return };
+    let py = python(false);
     let f = Fixture::new(&[BENIGN], &[]);
     let before = f.fingerprint();
     let (out, r) = f.run(
@@ -208,7 +208,7 @@ fn target_that_ignores_its_grid_is_inconclusive() {
 
 #[test]
 fn grid_that_duplicates_defaults_is_downgraded() {
-    let Some(py) = python(false) else { return };
+    let py = python(false);
     let f = Fixture::new(&[BENIGN], &[]);
     let before = f.fingerprint();
     let (out, r) = f.run(
@@ -247,7 +247,7 @@ fn grid_that_duplicates_defaults_is_downgraded() {
 /// says so; it never overrides a grid found to duplicate the declared defaults.
 #[test]
 fn grid_novelty_is_an_assertion_for_unknown_independence_only() {
-    let Some(py) = python(false) else { return };
+    let py = python(false);
     // Shapes from the environment, with a computed default: nothing to compare the grid with.
     let computed_default = Edit::Write(
         "tests/test_rowsum_env2.py",
@@ -321,7 +321,7 @@ fn grid_novelty_is_an_assertion_for_unknown_independence_only() {
 
 #[test]
 fn pr_added_failing_test_blocks() {
-    let Some(py) = python(false) else { return };
+    let py = python(false);
     let new_test = "import numpy as np\n\nfrom kern.rowsum import rowsum\n\n\ndef test_rowsum_float64_exact():\n    x = np.random.default_rng(5).standard_normal((3, 9))\n    np.testing.assert_allclose(rowsum(x), x.sum(axis=1), rtol=1e-12, atol=0)\n";
     let f = Fixture::new(
         &[
@@ -360,7 +360,7 @@ fn pr_added_failing_test_blocks() {
 
 #[test]
 fn merge_conflict_blocks() {
-    let Some(py) = python(false) else { return };
+    let py = python(false);
     let f = Fixture::new(
         &[Edit::Replace("kern/rowsum.py", "TILE = 4\n", "TILE = 8\n")],
         &[Edit::Replace("kern/rowsum.py", "TILE = 4\n", "TILE = 16\n")],
@@ -381,7 +381,7 @@ fn merge_conflict_blocks() {
 
 #[test]
 fn deliberately_slower_kernel_needs_work() {
-    let Some(py) = python(false) else { return };
+    let py = python(false);
     let f = Fixture::new(
         &[Edit::Replace(
             "kern/rowsum.py",
@@ -424,7 +424,7 @@ fn deliberately_slower_kernel_needs_work() {
 
 #[test]
 fn perf_neutral_good_change_passes_on_a_claimed_gpu() {
-    let Some(py) = python(false) else { return };
+    let py = python(false);
     let f = Fixture::new(&[BENIGN], &[]);
     let before = f.fingerprint();
     let head_sha = "0123456789abcdef0123456789abcdef01234567";
@@ -511,7 +511,7 @@ fn perf_neutral_good_change_passes_on_a_claimed_gpu() {
 
 #[test]
 fn good_change_without_gpu_is_inconclusive_but_runs_correctness() {
-    let Some(py) = python(false) else { return };
+    let py = python(false);
     let f = Fixture::new(&[BENIGN], &[]);
     let before = f.fingerprint();
     let (out, r) = f.run(&py, false, &args(&argnames_grid(), &["--no-perf"]));
@@ -533,7 +533,7 @@ fn good_change_without_gpu_is_inconclusive_but_runs_correctness() {
 
 #[test]
 fn runtime_mismatch_is_inconclusive_not_blamed() {
-    let Some(py) = python(false) else { return };
+    let py = python(false);
     let f = Fixture::new(
         &[Edit::Replace(
             "kern/__init__.py",
@@ -562,7 +562,7 @@ fn runtime_mismatch_is_inconclusive_not_blamed() {
 /// is accepted; anything else is an environment fact (INCONCLUSIVE), never blamed on the PR.
 #[test]
 fn flydsl_prebuilt_runtime_must_match_the_tree() {
-    let Some(py) = python(false) else { return };
+    let py = python(false);
     let checkout = Edit::Write(
         "python/flydsl/_version.py",
         "__version__ = \"0.2.0\"\n".into(),
@@ -624,7 +624,7 @@ fn flydsl_prebuilt_runtime_must_match_the_tree() {
 
 #[test]
 fn script_target_with_cli_grid_and_axis_passes() {
-    let Some(py) = python(false) else { return };
+    let py = python(false);
     let f = Fixture::new(&[BENIGN], &[]);
     let before = f.fingerprint();
     let (out, r) = f.run(
@@ -662,7 +662,7 @@ fn script_target_with_cli_grid_and_axis_passes() {
 
 #[test]
 fn triton_kernel_through_the_interpreter_passes() {
-    let Some(py) = python(true) else { return };
+    let py = python(true);
     let f = Fixture::new(
         &[Edit::Replace(
             "kern/tl_add.py",
@@ -709,7 +709,7 @@ fn triton_kernel_through_the_interpreter_passes() {
 
 #[test]
 fn sigterm_mid_run_restores_the_worktree_and_releases_the_gpu() {
-    let Some(py) = python(false) else { return };
+    let py = python(false);
     let pid_file = tempfile::NamedTempFile::new().unwrap().into_temp_path();
     let slow = format!(
         "import os\nimport time\n\n\ndef test_slow():\n    with open({:?}, 'w') as f:\n        f.write(str(os.getpid()))\n    time.sleep(120)\n",

@@ -4,7 +4,10 @@ Loaded before collection as a pytest plugin (``-p kg_validation_probe``) or by
 ``kg_validation_run.py`` for script targets. It records calls of the watched route
 (``module:function``) with ``sys.setprofile`` and the ``--shape-vars`` locals of each call (read
 when the call returns, so locals computed in the body count), replaces the parametrize rows of
-``--shape-argnames`` with the validator's grid, and writes one receipt per run.
+``--shape-argnames`` with the validator's grid, and writes one receipt per run. The receipt
+also lists imports that failed while collecting (test modules, conftest files) or while running
+a script, from the exception objects themselves (class name and ``ImportError.name``), so the
+validator can name a missing module without reading the log.
 
 Its configuration is removed from ``os.environ`` before user code runs.
 """
@@ -22,7 +25,14 @@ _ROWS = os.environ.pop("KG_VALIDATE_GRID_ROWS", "")
 
 _MOD, _, _FUNC = _ROUTE.partition(":")
 _LAST = _FUNC.rsplit(".", 1)[-1]
-_state = {"calls": 0, "shapes": [], "symbols": [], "grid_replacements": 0, "written": False}
+_state = {
+    "calls": 0,
+    "shapes": [],
+    "symbols": [],
+    "grid_replacements": 0,
+    "import_errors": [],
+    "written": False,
+}
 _lock = threading.Lock()
 
 
@@ -56,6 +66,34 @@ def _prof(frame, event, arg):
                 _state["shapes"].append(shape)
 
 
+def _import_error_in(exc):
+    """The first ImportError in ``exc``'s chain (pytest wraps it in a CollectError or a
+    ConftestImportFailure)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, ImportError):
+            return exc
+        exc = exc.__cause__ or getattr(exc, "cause", None) or exc.__context__
+    return None
+
+
+def record_import_error(exc, path, during):
+    """Records a failed import (``during``: collection, conftest or script); other exceptions
+    are ignored."""
+    e = _import_error_in(exc)
+    if e is None:
+        return
+    name = getattr(e, "name", None)
+    with _lock:
+        _state["import_errors"].append({
+            "exception": type(e).__name__,
+            "module": name if isinstance(name, str) and name else None,
+            "path": str(path),
+            "during": during,
+        })
+
+
 def install():
     if _ROUTE:
         sys.setprofile(_prof)
@@ -74,6 +112,7 @@ def write_receipt():
         "executed_shapes": list(_state["shapes"]),
         "calls": _state["calls"],
         "grid_replacements": _state["grid_replacements"],
+        "import_errors": list(_state["import_errors"]),
     }
     tmp = _RECEIPT + ".tmp"
     with open(tmp, "w") as f:
@@ -89,6 +128,13 @@ def pytest_configure(config):
 
 def pytest_unconfigure(config):
     write_receipt()
+
+
+def pytest_exception_interact(node, call, report):
+    # Called for collection errors too (CollectReport); test-call errors are not imports.
+    if getattr(report, "when", None) != "collect" or call.excinfo is None:
+        return
+    record_import_error(call.excinfo.value, getattr(node, "nodeid", "") or node.path, "collection")
 
 
 def _names(argnames):
@@ -122,5 +168,16 @@ try:
                     values.append(vals[0] if len(names) == 1 else tuple(vals))
                 marks[i] = _pytest.mark.parametrize(m.args[0], values).mark
                 _state["grid_replacements"] += 1
+
+    @_pytest.hookimpl(wrapper=True)
+    def pytest_load_initial_conftests(early_config, parser, args):
+        # A conftest that fails to import stops pytest before pytest_configure: record it and
+        # write the receipt here, as pytest_unconfigure will not run.
+        try:
+            return (yield)
+        except BaseException as e:
+            record_import_error(e, getattr(e, "path", ""), "conftest")
+            write_receipt()
+            raise
 except ImportError:  # script targets need no pytest
     pass

@@ -15,6 +15,9 @@ def main():
     _probe.install()
     try:
         runpy.run_path(target, run_name="__main__")
+    except ImportError as e:
+        _probe.record_import_error(e, target, "script")
+        raise
     finally:
         sys.setprofile(None)
         _probe.write_receipt()

@@ -27,6 +27,7 @@
 
 #![warn(missing_docs)]
 
+pub mod cause;
 pub mod env;
 pub mod error;
 pub mod gpu;
@@ -41,6 +42,7 @@ pub mod pyscan;
 pub mod runner;
 pub mod runtime;
 pub mod shapes;
+pub mod target;
 pub mod verdict;
 pub mod worktree;
 

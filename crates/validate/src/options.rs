@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::env;
-use crate::error::ValidateError;
+use crate::error::{GridCellError, ValidateError};
 
 /// `--runner`: force a runner, or let structural selection decide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -287,6 +287,67 @@ pub fn parse_perf_args(raw: &str) -> Result<Vec<String>, ValidateError> {
     Ok(words)
 }
 
+/// Checks that every `--grid` cell gives exactly one non-empty value per `--shape-argnames`
+/// name, so a grid the pytest channel cannot hand over is refused before anything runs.
+pub fn check_grid_arity(cells: &[String], argnames: &[String]) -> Result<(), GridCellError> {
+    let n = argnames.len();
+    if n == 0 {
+        return Ok(());
+    }
+    for (i, cell) in cells.iter().enumerate() {
+        let values: Vec<&str> = cell.split(',').map(str::trim).collect();
+        let index = i + 1;
+        if values.len() < n {
+            return Err(GridCellError::TooFew {
+                index,
+                cell: cell.clone(),
+                values: values.len(),
+                argname: argnames[values.len()].clone(),
+                argnames: argnames.to_vec(),
+                suggested: None,
+            });
+        }
+        if values.len() > n {
+            // `16,33,5,130` for two argnames is usually a forgotten `;`: offer the regrouping.
+            let suggested = values.len().is_multiple_of(n).then(|| {
+                cells
+                    .iter()
+                    .enumerate()
+                    .map(|(j, c)| {
+                        if j == i {
+                            values
+                                .chunks(n)
+                                .map(|ch| ch.join(","))
+                                .collect::<Vec<_>>()
+                                .join(";")
+                        } else {
+                            c.clone()
+                        }
+                    })
+                    .collect::<Vec<_>>()
+                    .join(";")
+            });
+            return Err(GridCellError::TooMany {
+                index,
+                cell: cell.clone(),
+                values: values.len(),
+                argname: argnames[n - 1].clone(),
+                argnames: argnames.to_vec(),
+                suggested,
+            });
+        }
+        if let Some(k) = values.iter().position(|v| v.is_empty()) {
+            return Err(GridCellError::EmptyValue {
+                index,
+                cell: cell.clone(),
+                argname: argnames[k].clone(),
+                argnames: argnames.to_vec(),
+            });
+        }
+    }
+    Ok(())
+}
+
 impl Options {
     /// Checks combinations that cannot work, before anything is touched.
     pub fn check(&self) -> Result<(), ValidateError> {
@@ -314,6 +375,20 @@ impl Options {
                 "--head-sha",
                 format!("`{sha}` is not a 40-hex commit id; pass the exact PR head OID or omit it"),
             ));
+        }
+        if let Some(names) = &self.shape_argnames {
+            if let Some(bad) = names.iter().find(|n| {
+                n.trim().is_empty() || names.iter().filter(|m| m.trim() == n.trim()).count() > 1
+            }) {
+                return Err(ValidateError::usage(
+                    "--shape-argnames",
+                    format!(
+                        "`{}` has an empty or repeated name (`{bad}`); name each parametrize argument once, e.g. `M,N`",
+                        names.join(",")
+                    ),
+                ));
+            }
+            check_grid_arity(&self.grid, names)?;
         }
         if !self.grid.is_empty()
             && self.shape_env.is_none()
@@ -402,6 +477,41 @@ mod tests {
         let t = parse_tol_table("f32=1e-5,bf16=1e-2").unwrap();
         assert_eq!(t[0], ("float32".to_string(), 1e-5));
         assert!(parse_tol_table("f32:1").is_err());
+    }
+
+    #[test]
+    fn grid_cells_must_fit_the_argnames() {
+        let names = vec!["M".to_string(), "N".to_string()];
+        assert_eq!(check_grid_arity(&parse_grid("16,33;5,130"), &names), Ok(()));
+        let e = check_grid_arity(&parse_grid("16,33,5,130"), &names).unwrap_err();
+        assert!(
+            matches!(&e, GridCellError::TooMany { index: 1, values: 4, argname, suggested: Some(s), .. }
+                if argname == "N" && s == "16,33;5,130"),
+            "{e:?}"
+        );
+        let e = check_grid_arity(&parse_grid("4,8;16;5,130"), &names).unwrap_err();
+        assert!(
+            matches!(&e, GridCellError::TooFew { index: 2, values: 1, argname, .. } if argname == "N"),
+            "{e:?}"
+        );
+        let e = check_grid_arity(&parse_grid("1,2,3"), &names).unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                GridCellError::TooMany {
+                    suggested: None,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let e = check_grid_arity(&parse_grid(",33"), &names).unwrap_err();
+        assert!(
+            matches!(&e, GridCellError::EmptyValue { argname, .. } if argname == "M"),
+            "{e:?}"
+        );
+        let text = e.to_string();
+        assert!(text.contains("--grid '1,2;3,4'"), "{text}");
     }
 
     #[test]

@@ -17,8 +17,18 @@ use crate::grid::{self, Channel};
 use crate::options::{Options, RunnerChoice, resolve_python};
 use crate::runner::{Invocation, Phase, RunContext, RunOutcome, RunSpec};
 use crate::shapes::normalize_cell;
+use crate::verdict::{DecidedBy, Decision};
 use crate::worktree::Worktree;
-use crate::{index_scan, perf, policy, pyscan, runtime, verdict};
+use crate::{index_scan, perf, policy, pyscan, runtime, target, verdict};
+
+/// A finished validation: the report and what decided its verdict.
+#[derive(Debug, Clone)]
+pub struct Validation {
+    /// The report (already validated against its schema).
+    pub report: ValidationReport,
+    /// The verdict, its reason and the first stage that decided it.
+    pub decision: Decision,
+}
 
 fn now_utc() -> String {
     kg_gpu::sys::now_utc()
@@ -140,7 +150,7 @@ fn absolute(p: &Path) -> PathBuf {
 /// returns, on every path (an `Err` included); `cancel` (set by a signal handler) makes the
 /// current target's process group die and the pipeline unwind with
 /// [`ValidateError::Interrupted`].
-pub fn run(opts: &Options, cancel: Arc<AtomicBool>) -> Result<ValidationReport, ValidateError> {
+pub fn run(opts: &Options, cancel: Arc<AtomicBool>) -> Result<Validation, ValidateError> {
     opts.check()?;
     let repo_root = std::fs::canonicalize(&opts.repo)
         .map_err(ValidateError::io("open the repository", &opts.repo))?;
@@ -170,6 +180,8 @@ pub fn run(opts: &Options, cancel: Arc<AtomicBool>) -> Result<ValidationReport, 
 
     // 1. merge_sim
     let mut wt = Worktree::open(&repo_root, opts.patch.as_deref())?;
+    // A misspelt target is the caller's input error, refused before any stage runs.
+    target::check(&repo_root, opts.target_file(), &wt)?;
     st.report.repo.base = Some(wt.base().to_string());
     st.report.repo.kind = runtime::repo_kind(&repo_root).to_string();
     st.report.repo.patch_sha256 = wt.patch().map(kg_contract::io::sha256_hex);
@@ -178,6 +190,21 @@ pub fn run(opts: &Options, cancel: Arc<AtomicBool>) -> Result<ValidationReport, 
         st.report.stages.merge_sim = Stage::skip(format!(
             "the supplied worktree is not clean ({}); pass a clean base checkout",
             d.0.iter().take(10).cloned().collect::<Vec<_>>().join(", ")
+        ));
+        st.report.repo.restored = Some(true);
+        return finish(st, None, None);
+    }
+    let outside = wt.outside_sparse_checkout();
+    if !outside.is_empty() {
+        st.report.stages.merge_sim = Stage::skip(format!(
+            "the patch touches {} path(s) outside the sparse checkout ({}), which are not in the working directory to patch; widen it (`git sparse-checkout add DIR`) or validate in a full checkout",
+            outside.len(),
+            outside
+                .iter()
+                .take(10)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
         st.report.repo.restored = Some(true);
         return finish(st, None, None);
@@ -378,9 +405,17 @@ fn stages_after_merge(
         &target_file,
     ) {
         None => {
-            st.report.stages.runtime_compat = Stage::skip(
-                "no repository package to probe: the target imports nothing the checkout provides; pass --runtime-module",
-            );
+            st.report.stages.runtime_compat = Stage::skip(match (&head_text, &facts) {
+                (None, _) => format!(
+                    "no repository package to probe: the target `{target_file}` does not exist on head, so it has no imports to choose from; pass --runtime-module"
+                ),
+                (Some(_), None) => format!(
+                    "no repository package to probe: the target `{target_file}` does not parse as Python; pass --runtime-module"
+                ),
+                (Some(_), Some(_)) => {
+                    "no repository package to probe: the target imports nothing the checkout provides; pass --runtime-module".to_string()
+                }
+            });
         }
         Some(_) if !prebuilt_stale.is_empty() => {
             st.report.stages.runtime_compat = Stage::skip(format!(
@@ -515,13 +550,26 @@ fn stages_after_merge(
         })?;
         st.record(&out);
         let ok = out.success && out.record.stats.executed >= 1;
-        st.report.test_selection.gpu_requirement =
-            if ok { "not-required" } else { "required" }.into();
-        if !ok {
-            blocked_reason = Some(format!(
-                "no GPU claimed and the target did not pass with no visible device ({}, {} executed): gpu_requirement is `required`",
-                out.record.status_text, out.record.stats.executed
-            ));
+        let cause = out.cause(repo_root, |top| provides(repo_root, &ctx, wt, &out, top));
+        match &cause {
+            _ if ok => st.report.test_selection.gpu_requirement = "not-required".into(),
+            // A package the environment lacks says nothing about the device: not evaluated.
+            Some(c) if c.is_environment() => {
+                st.report.test_selection.gpu_requirement = "not-evaluated".into();
+                blocked_reason = Some(format!(
+                    "{c} (interpreter `{}`); with no GPU claimed, whether the target needs one was not evaluated",
+                    python.display()
+                ));
+            }
+            _ => {
+                st.report.test_selection.gpu_requirement = "required".into();
+                blocked_reason = Some(format!(
+                    "no GPU claimed and the target did not pass with no visible device ({}, {} executed{}): gpu_requirement is `required`",
+                    out.record.status_text,
+                    out.record.stats.executed,
+                    cause.as_ref().map(|c| format!("; {c}")).unwrap_or_default()
+                ));
+            }
         }
         head_repo = Some(out);
     }
@@ -584,9 +632,13 @@ fn stages_after_merge(
                         "ran"
                     }
                     .into();
+                    let cause =
+                        out.cause(repo_root, |top| provides(repo_root, &ctx, wt, &out, top));
                     notes.push(format!(
-                        "base-repo {} ({} executed)",
-                        out.record.status_text, out.record.stats.executed
+                        "base-repo {} ({} executed{})",
+                        out.record.status_text,
+                        out.record.stats.executed,
+                        cause.map(|c| format!("; {c}")).unwrap_or_default()
                     ));
                     base_repo = Some(out);
                     // The base grid, only where the base file has the same channel.
@@ -686,12 +738,26 @@ fn stages_after_merge(
             }
         };
         let s = &out.record.stats;
-        let (status, note) = if !out.success {
+        let cause = out.cause(repo_root, |top| provides(repo_root, &ctx, wt, &out, top));
+        let (status, note) = if let Some(c) = cause.as_ref().filter(|c| c.is_environment()) {
+            (
+                StageStatus::Skip,
+                format!(
+                    "{c} (interpreter `{}`); head {}: an environment fact, not attributed to the PR",
+                    python.display(),
+                    out.record.status_text
+                ),
+            )
+        } else if !out.success {
             (
                 StageStatus::Fail,
                 format!(
-                    "head {} ({} failures, {} errors, {} executed)",
-                    out.record.status_text, s.failures, s.errors, s.executed
+                    "head {} ({} failures, {} errors, {} executed){}",
+                    out.record.status_text,
+                    s.failures,
+                    s.errors,
+                    s.executed,
+                    cause.as_ref().map(|c| format!(": {c}")).unwrap_or_default()
                 ),
             )
         } else if s.executed > 0 {
@@ -721,6 +787,20 @@ fn stages_after_merge(
         stage.exit_code = out.record.exit_code;
         stage.stats = Some(out.record.stats.clone());
         st.report.stages.correctness_repo_tests = stage;
+        if let Some(c) = cause.as_ref().filter(|c| c.is_environment()) {
+            if base_repo.as_ref().is_some_and(|b| b.success) {
+                st.finding(
+                    Severity::Note,
+                    "correctness_repo_tests",
+                    format!(
+                        "base passed without it; on head, {c}. If the PR means to add this dependency, the environment needs it before the change can be validated"
+                    ),
+                );
+            }
+            blocked_reason = Some(format!(
+                "correctness_repo_tests could not run the target: {c}"
+            ));
+        }
         if status == StageStatus::Fail {
             attribute_failure(
                 st,
@@ -1452,19 +1532,22 @@ fn finish(
     mut st: State<'_>,
     claim: Option<Box<kg_gpu::Claim>>,
     scratch: Option<tempfile::TempDir>,
-) -> Result<ValidationReport, ValidateError> {
+) -> Result<Validation, ValidateError> {
     if let Some(c) = claim {
         st.report.gpu_claim = Some(c.finish());
     }
     drop(scratch);
-    let (mut v, mut reason) = verdict::decide(&st.report);
-    if st.report.repo.restored == Some(false) && v == Verdict::Pass {
-        v = Verdict::Inconclusive;
-        reason = "the worktree could not be verified as restored".into();
+    let mut decision = verdict::decide(&st.report);
+    if st.report.repo.restored == Some(false) && decision.verdict == Verdict::Pass {
+        decision = Decision {
+            verdict: Verdict::Inconclusive,
+            reason: "the worktree could not be verified as restored".into(),
+            decided_by: DecidedBy::NotRestored,
+        };
     }
-    st.report.verdict = v;
-    st.report.verdict_reason = reason;
-    st.report.process_exit_code = v.exit_code();
+    st.report.verdict = decision.verdict;
+    st.report.verdict_reason = decision.reason.clone();
+    st.report.process_exit_code = decision.verdict.exit_code();
     st.report.finished_utc = now_utc();
     let problems = verdict::validate(&st.report);
     if !problems.is_empty() {
@@ -1472,14 +1555,64 @@ fn finish(
         if st.report.verdict == Verdict::Pass {
             st.report.verdict = Verdict::Inconclusive;
             st.report.process_exit_code = Verdict::Inconclusive.exit_code();
+            decision.verdict = Verdict::Inconclusive;
+            decision.decided_by = DecidedBy::ReportCheck {
+                problems: problems.clone(),
+            };
         }
         st.report.verdict_reason = format!(
             "{}; report validation failed: {}",
             st.report.verdict_reason,
             problems.join("; ")
         );
+        decision.reason = st.report.verdict_reason.clone();
     }
-    Ok(st.report)
+    Ok(Validation {
+        report: st.report,
+        decision,
+    })
+}
+
+/// Whether the checkout provides (or, in the base commit or the patch, provided) the top-level
+/// Python package or module `top`: under the root, `src/`, `PYLIB`, or the importing file's
+/// directory (pytest puts a test file's directory on `sys.path`).
+fn provides(root: &Path, ctx: &RunContext, wt: &Worktree, out: &RunOutcome, top: &str) -> bool {
+    let importer_dirs: Vec<String> = out
+        .import_errors
+        .iter()
+        .filter_map(|f| {
+            let p = Path::new(f.path.split("::").next().unwrap_or(&f.path));
+            let rel = p.strip_prefix(root).unwrap_or(p);
+            rel.parent().map(|d| d.to_string_lossy().to_string())
+        })
+        .collect();
+    let mut rel_dirs: Vec<String> = vec![String::new(), "src".into()];
+    rel_dirs.extend(importer_dirs.into_iter().filter(|d| !d.is_empty()));
+    let on_disk = |base: &Path| base.join(top).exists() || base.join(format!("{top}.py")).is_file();
+    if rel_dirs.iter().any(|d| on_disk(&root.join(d))) || ctx.pylib.as_deref().is_some_and(on_disk)
+    {
+        return true;
+    }
+    let prefixes: Vec<(String, String)> = rel_dirs
+        .iter()
+        .map(|d| {
+            let d = if d.is_empty() {
+                String::new()
+            } else {
+                format!("{d}/")
+            };
+            (format!("{d}{top}/"), format!("{d}{top}.py"))
+        })
+        .collect();
+    let known = |path: &str| {
+        prefixes
+            .iter()
+            .any(|(dir, file)| path.starts_with(dir.as_str()) || path == file)
+    };
+    wt.files().all.iter().any(|p| known(p))
+        || wt
+            .tracked_files()
+            .is_ok_and(|files| files.iter().any(|p| known(p)))
 }
 
 /// Runs that belong to a report, for summaries.

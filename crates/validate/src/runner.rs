@@ -12,6 +12,7 @@ use kg_contract::report::{ExecutionReceipt, RunRecord, RunStats};
 use rustix::process::{Pid, Signal, kill_process_group};
 use serde::Deserialize;
 
+use crate::cause::{ImportFailure, RunCause};
 use crate::env;
 use crate::error::ValidateError;
 
@@ -105,6 +106,22 @@ pub struct RunOutcome {
     pub output: String,
     /// Parametrize decorators the probe replaced (`--shape-argnames` channel).
     pub grid_replacements: u64,
+    /// Imports that failed in the run, as the probe recorded them (empty when none, or when no
+    /// receipt was written).
+    pub import_errors: Vec<ImportFailure>,
+}
+
+impl RunOutcome {
+    /// The typed cause of a failed run, from its first failed import; `provides(top)` says
+    /// whether the checkout provides the top-level package `top`. `None` for a run that passed.
+    pub fn cause(&self, root: &Path, provides: impl Fn(&str) -> bool) -> Option<RunCause> {
+        if self.success {
+            return None;
+        }
+        self.import_errors
+            .first()
+            .map(|f| RunCause::classify(f, root, provides))
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -117,6 +134,9 @@ struct ProbeReceipt {
     calls: u64,
     #[serde(default)]
     grid_replacements: u64,
+    // Parsed entry by entry, so one odd entry cannot cost the route evidence of the receipt.
+    #[serde(default)]
+    import_errors: Vec<serde_json::Value>,
 }
 
 /// Shared state of every run in one validation.
@@ -343,10 +363,19 @@ impl RunContext {
         };
         let mut receipt = None;
         let mut grid_replacements = 0;
+        let mut import_errors = Vec::new();
         if probe && let Ok(text) = std::fs::read_to_string(&receipt_path) {
             match serde_json::from_str::<ProbeReceipt>(&text) {
                 Ok(r) => {
                     grid_replacements = r.grid_replacements;
+                    for v in r.import_errors {
+                        match serde_json::from_value::<ImportFailure>(v) {
+                            Ok(f) => import_errors.push(f),
+                            Err(e) => {
+                                tracing::warn!(run = %spec.name, error = %e, "unreadable import error in the receipt")
+                            }
+                        }
+                    }
                     if spec.watch_route && self.route.is_some() {
                         stats.observed_work = Some(r.calls);
                         receipt = Some(ExecutionReceipt {
@@ -385,6 +414,7 @@ impl RunContext {
             success,
             output,
             grid_replacements,
+            import_errors,
         })
     }
 }

@@ -3,57 +3,221 @@
 
 use kg_contract::report::{Severity, StageStatus, Stages, ValidationReport, Verdict};
 
+/// What settled a verdict: the first stage, in pipeline order, that decided it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecidedBy {
+    /// A blocker (BLOCK) or should-fix (NEEDS_WORK) finding.
+    Finding {
+        /// The stage that produced it.
+        stage: String,
+        /// Its severity.
+        severity: Severity,
+        /// Its detail.
+        detail: String,
+    },
+    /// A required stage that is not `pass` (`info` for the index scan): INCONCLUSIVE.
+    Stage {
+        /// The stage.
+        stage: &'static str,
+        /// Its status.
+        status: StageStatus,
+        /// Its note.
+        note: String,
+        /// The other incomplete required stages, in order.
+        also: Vec<(&'static str, StageStatus)>,
+    },
+    /// Every stage passed but no claimed architecture was covered at runtime.
+    ArchCoverage {
+        /// `arch_coverage_basis`.
+        basis: String,
+    },
+    /// The worktree could not be verified as restored, so the run cannot be PASS.
+    NotRestored,
+    /// The report failed its own schema or PASS-condition check.
+    ReportCheck {
+        /// The problems found.
+        problems: Vec<String>,
+    },
+    /// PASS: every required stage passed on a claimed GPU with no finding.
+    AllPassed,
+}
+
+/// A verdict, the report's `verdict_reason`, and what decided it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// The verdict.
+    pub verdict: Verdict,
+    /// `verdict_reason`.
+    pub reason: String,
+    /// The first stage (or check) that decided it.
+    pub decided_by: DecidedBy,
+}
+
+impl Decision {
+    /// One line for people: `decided by STAGE (STATUS): NOTE`, or what passed.
+    pub fn summary(&self) -> String {
+        let one_line = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+        match &self.decided_by {
+            DecidedBy::Finding {
+                stage,
+                severity,
+                detail,
+            } => format!(
+                "decided by {stage} ({}): {}",
+                severity_str(*severity),
+                one_line(detail)
+            ),
+            DecidedBy::Stage {
+                stage,
+                status,
+                note,
+                also,
+            } => {
+                let mut s = format!(
+                    "decided by {stage} ({}): {}",
+                    status.as_str(),
+                    one_line(note)
+                );
+                if !also.is_empty() {
+                    s.push_str(&format!(
+                        "; also incomplete: {}",
+                        also.iter()
+                            .map(|(n, st)| format!("{n}={}", st.as_str()))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ));
+                }
+                s
+            }
+            DecidedBy::ArchCoverage { basis } => {
+                format!("decided by arch_coverage: {}", one_line(basis))
+            }
+            DecidedBy::NotRestored => {
+                "decided by the worktree restore: the worktree could not be verified as restored"
+                    .into()
+            }
+            DecidedBy::ReportCheck { problems } => format!(
+                "decided by the report check: {}",
+                one_line(&problems.join("; "))
+            ),
+            DecidedBy::AllPassed => {
+                "every required stage passed on a claimed GPU with no finding".into()
+            }
+        }
+    }
+}
+
+fn severity_str(s: Severity) -> &'static str {
+    match s {
+        Severity::Blocker => "blocker",
+        Severity::ShouldFix => "should-fix",
+        Severity::Note => "note",
+    }
+}
+
+/// The position of a stage in pipeline order (unknown names last).
+fn stage_rank(report: &ValidationReport, name: &str) -> usize {
+    report
+        .stages
+        .iter()
+        .iter()
+        .position(|(n, _)| *n == name)
+        .unwrap_or(usize::MAX)
+}
+
 /// Decides the verdict: any blocker → BLOCK; any should-fix → NEEDS_WORK; incomplete evidence
 /// → INCONCLUSIVE; else PASS, which also needs `gpu_claim: pass` and a `runtime` architecture.
-pub fn decide(report: &ValidationReport) -> (Verdict, String) {
-    if let Some(f) = report
-        .findings
-        .iter()
-        .find(|f| f.severity == Severity::Blocker)
-    {
-        return (
-            Verdict::Block,
-            format!("blocker from {}: {}", f.stage, f.detail),
-        );
-    }
-    if let Some(f) = report
-        .findings
-        .iter()
-        .find(|f| f.severity == Severity::ShouldFix)
-    {
-        return (
-            Verdict::NeedsWork,
-            format!("should-fix from {}: {}", f.stage, f.detail),
-        );
+/// Where several findings or stages qualify, the earliest stage in pipeline order decides.
+pub fn decide(report: &ValidationReport) -> Decision {
+    for (severity, verdict, word) in [
+        (Severity::Blocker, Verdict::Block, "blocker"),
+        (Severity::ShouldFix, Verdict::NeedsWork, "should-fix"),
+    ] {
+        // `min_by_key` keeps the first of equals: push order breaks ties within a stage.
+        if let Some(f) = report
+            .findings
+            .iter()
+            .filter(|f| f.severity == severity)
+            .min_by_key(|f| stage_rank(report, &f.stage))
+        {
+            return Decision {
+                verdict,
+                reason: format!("{word} from {}: {}", f.stage, f.detail),
+                decided_by: DecidedBy::Finding {
+                    stage: f.stage.clone(),
+                    severity,
+                    detail: f.detail.clone(),
+                },
+            };
+        }
     }
     let incomplete = incomplete_stages(&report.stages);
     let mut missing: Vec<String> = incomplete.iter().map(|(n, s)| format!("{n}={s}")).collect();
-    if report
+    let no_module_path = report
         .runtime_identity
         .as_ref()
         .and_then(|r| r.module_path.as_ref())
-        .is_none()
-    {
+        .is_none();
+    if no_module_path {
         missing.push("runtime_identity.module_path=null".into());
     }
     if !missing.is_empty() {
-        return (
-            Verdict::Inconclusive,
-            format!("incomplete evidence: {}", missing.join(", ")),
-        );
+        let first = incomplete
+            .first()
+            .map(|(n, _)| *n)
+            // Only the identity is missing: it is runtime_compat's evidence.
+            .unwrap_or("runtime_compat");
+        let stage = report
+            .stages
+            .iter()
+            .into_iter()
+            .find(|(n, _)| *n == first)
+            .map(|(_, st)| st);
+        let also = incomplete
+            .iter()
+            .skip(1)
+            .filter_map(|(n, _)| {
+                report
+                    .stages
+                    .iter()
+                    .into_iter()
+                    .find(|(m, _)| m == n)
+                    .map(|(m, st)| (m, st.status))
+            })
+            .collect();
+        return Decision {
+            verdict: Verdict::Inconclusive,
+            reason: format!("incomplete evidence: {}", missing.join(", ")),
+            decided_by: DecidedBy::Stage {
+                stage: first,
+                status: stage.map(|s| s.status).unwrap_or(StageStatus::Skip),
+                note: match stage {
+                    Some(s) if incomplete.is_empty() => {
+                        format!("{} (but runtime_identity.module_path is null)", s.note)
+                    }
+                    Some(s) => s.note.clone(),
+                    None => String::new(),
+                },
+                also,
+            },
+        };
     }
     if report.stages.gpu_claim.status != StageStatus::Pass
         || !report.arch_coverage.values().any(|v| v == "runtime")
     {
-        return (
-            Verdict::Inconclusive,
-            "no GPU architecture was covered at runtime".into(),
-        );
+        return Decision {
+            verdict: Verdict::Inconclusive,
+            reason: "no GPU architecture was covered at runtime".into(),
+            decided_by: DecidedBy::ArchCoverage {
+                basis: report.arch_coverage_basis.clone(),
+            },
+        };
     }
-    (
-        Verdict::Pass,
-        "every required stage passed on a claimed GPU with no finding".into(),
-    )
+    Decision {
+        verdict: Verdict::Pass,
+        reason: "every required stage passed on a claimed GPU with no finding".into(),
+        decided_by: DecidedBy::AllPassed,
+    }
 }
 
 /// Required stages that are not `pass` (`info` for the index scan), with their status.

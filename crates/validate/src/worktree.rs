@@ -7,11 +7,19 @@
 //! index and `.git` are never written: the patch goes to the working directory only. Restoring
 //! is idempotent and runs on every exit path: [`Worktree::restore`] explicitly, and `Drop` as a
 //! backstop (errors, panics that unwind, and a signal turned into a normal return).
+//!
+//! Sparse checkouts: libgit2's status ignores the index's skip-worktree bit, so a path a
+//! `git sparse-checkout` (or `git update-index --skip-worktree`) leaves out reads as deleted.
+//! `git status` does not report such entries, and neither does [`Worktree::dirty`]; restore
+//! never writes them back, and a patch that touches one is refused
+//! ([`Worktree::outside_sparse_checkout`]), since it cannot be applied where the file is not.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use git2::{ApplyLocation, ApplyOptions, Diff, Repository, Status, StatusOptions};
+use git2::{
+    ApplyLocation, ApplyOptions, Diff, IndexEntryExtendedFlag, Repository, Status, StatusOptions,
+};
 
 use crate::error::ValidateError;
 
@@ -34,6 +42,7 @@ pub struct Worktree {
     patch: Option<Vec<u8>>,
     files: PatchFiles,
     ignored_at_start: BTreeSet<String>,
+    skip_worktree: BTreeSet<String>,
     applied: bool,
     touched: bool,
 }
@@ -84,6 +93,7 @@ impl Worktree {
             Some(p) => Some(std::fs::read(p).map_err(ValidateError::io("read the patch", p))?),
             None => None,
         };
+        let skip_worktree = skip_worktree_entries(&repo, path)?;
         let mut wt = Worktree {
             repo,
             root,
@@ -91,6 +101,7 @@ impl Worktree {
             patch,
             files: PatchFiles::default(),
             ignored_at_start: BTreeSet::new(),
+            skip_worktree,
             applied: false,
             touched: false,
         };
@@ -138,10 +149,59 @@ impl Worktree {
             .repo
             .statuses(Some(&mut opts))
             .map_err(git_err("read the worktree status", &self.root))?;
+        let worktree_bits = Status::WT_NEW
+            | Status::WT_MODIFIED
+            | Status::WT_DELETED
+            | Status::WT_TYPECHANGE
+            | Status::WT_RENAMED
+            | Status::WT_UNREADABLE;
         Ok(list
             .iter()
-            .filter_map(|e| e.path().ok().map(|p| (p.to_string(), e.status())))
+            .filter_map(|e| {
+                let path = e.path().ok()?.to_string();
+                let mut st = e.status();
+                // As `git status`: the working copy of a skip-worktree entry is not compared.
+                if self.skip_worktree.contains(&path) {
+                    st.remove(worktree_bits);
+                }
+                (!st.is_empty()).then_some((path, st))
+            })
             .collect())
+    }
+
+    /// Paths the index marks skip-worktree (left out by a sparse checkout).
+    pub fn skip_worktree(&self) -> &BTreeSet<String> {
+        &self.skip_worktree
+    }
+
+    /// Files the patch touches that the sparse checkout leaves out of the working directory.
+    pub fn outside_sparse_checkout(&self) -> Vec<String> {
+        self.files
+            .all
+            .iter()
+            .filter(|p| self.skip_worktree.contains(p.as_str()))
+            .cloned()
+            .collect()
+    }
+
+    /// Every file of the base commit, by path.
+    pub fn tracked_files(&self) -> Result<Vec<String>, ValidateError> {
+        let tree = self
+            .repo
+            .head()
+            .and_then(|h| h.peel_to_tree())
+            .map_err(git_err("read the HEAD tree", &self.root))?;
+        let mut out = Vec::new();
+        tree.walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
+            if entry.kind() == Some(git2::ObjectType::Blob)
+                && let Ok(name) = entry.name()
+            {
+                out.push(format!("{dir}{name}"));
+            }
+            git2::TreeWalkResult::Ok
+        })
+        .map_err(git_err("list the HEAD tree", &self.root))?;
+        Ok(out)
     }
 
     fn ignored(&self) -> Result<BTreeSet<String>, ValidateError> {
@@ -302,6 +362,19 @@ impl Drop for Worktree {
             Err(e) => tracing::error!(error = %e, "failed to restore the worktree"),
         }
     }
+}
+
+/// Index entries with the skip-worktree bit (what `git ls-files -t` shows as `S`).
+fn skip_worktree_entries(
+    repo: &Repository,
+    path: &Path,
+) -> Result<BTreeSet<String>, ValidateError> {
+    let index = repo.index().map_err(git_err("read the index", path))?;
+    Ok(index
+        .iter()
+        .filter(|e| IndexEntryExtendedFlag::from_bits_truncate(e.flags_extended).is_skip_worktree())
+        .map(|e| String::from_utf8_lossy(&e.path).to_string())
+        .collect())
 }
 
 fn remove_path(abs: &Path) -> Result<(), ValidateError> {

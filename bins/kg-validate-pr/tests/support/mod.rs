@@ -34,8 +34,9 @@ pub fn workspace() -> PathBuf {
 }
 
 /// The interpreter the tests use: `KG_TEST_PYTHON`, `<workspace>/.venv/bin/python`, `python3`.
-/// `None` (skip) when it lacks numpy or pytest, unless `CI` is set, where that is a failure.
-pub fn python(need_torch: bool) -> Option<PathBuf> {
+/// Panics when it cannot import numpy and pytest (and torch and triton with `need_torch`): a
+/// case that cannot run fails, it never passes by returning early.
+pub fn python(need_torch: bool) -> PathBuf {
     let p = std::env::var_os("KG_TEST_PYTHON")
         .map(PathBuf::from)
         .or_else(|| Some(workspace().join(".venv/bin/python")).filter(|p| p.is_file()))
@@ -50,16 +51,12 @@ pub fn python(need_torch: bool) -> Option<PathBuf> {
         .output()
         .map(|o| o.status.success())
         .unwrap_or(false);
-    if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI is set and `{}` cannot import {mods}",
-            p.display()
-        );
-        eprintln!("skipping: `{}` cannot import {mods}", p.display());
-        return None;
-    }
-    Some(p)
+    assert!(
+        ok,
+        "`{}` cannot import {mods}; run `cargo xtask setup` or set KG_TEST_PYTHON",
+        p.display()
+    );
+    p
 }
 
 /// A head edit.
