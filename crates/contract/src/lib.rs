@@ -47,7 +47,7 @@ pub use report::{Finding, Severity, Stage, StageStatus, Stages, ValidationReport
 pub use solution::{BuildSpec, CompileOptions, Solution, SourceFile};
 pub use trace::{
     ClockState, Correctness, DeviceIdentity, Environment, Evaluation, NullableError, Performance,
-    Spread, Status, TimingMethod, Trace, load_traces,
+    Retry, RetryReason, Spread, Status, TimingMethod, Trace, load_traces,
 };
 pub use workload::{InputSpec, MAX_TOLERANCE, ScalarValue, Tolerance, Workload};
 
@@ -59,4 +59,6 @@ pub mod exit {
     pub const FAILED: i32 = 1;
     /// Bad input or an unusable environment.
     pub const USAGE: i32 = 2;
+    /// kernelgate's own plumbing failed (a harness fault, twice): no verdict on the candidate.
+    pub const HARNESS: i32 = 3;
 }

@@ -269,6 +269,43 @@ pub struct Evaluation {
     /// reached the candidate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wall_s: Option<f64>,
+    /// Present when the harness discarded a first attempt at this workload and evaluated it
+    /// again (kernelgate addition): this evaluation is the second attempt's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retried: Option<Retry>,
+}
+
+/// Why a workload was evaluated a second time, and what the discarded attempt said.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Retry {
+    /// The reason, typed.
+    pub reason: RetryReason,
+    /// The first attempt's status and the start of its log (bounded).
+    pub first_attempt: String,
+}
+
+/// What makes the harness evaluate a workload once more instead of recording the attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RetryReason {
+    /// The dual clock found less reported time than the parent's wall time allows, which a
+    /// loaded machine can cause as well as a forged timer: a forger fails the second attempt
+    /// too (then REWARD_HACK), a burst of load does not.
+    DualClock,
+    /// A transfer directory the harness made for this workload was gone: a fault of
+    /// kernelgate's plumbing, never the candidate's status. A second loss stops the evaluation
+    /// with a harness error and no trace for the workload.
+    HarnessStateLost,
+}
+
+impl RetryReason {
+    /// The snake_case spelling used in traces.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RetryReason::DualClock => "dual_clock",
+            RetryReason::HarnessStateLost => "harness_state_lost",
+        }
+    }
 }
 
 /// An evaluation whose `correctness` / `performance` presence contradicts its status.

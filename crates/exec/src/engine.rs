@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use indexmap::IndexMap;
 use kg_contract::{
-    ClockState, Correctness, Environment, Evaluation, LoadedWorkload, Performance, Problem,
-    Solution, SourceFile, Status, TimingMethod, Trace,
+    ClockState, Correctness, Environment, Evaluation, LoadedWorkload, Performance, Problem, Retry,
+    RetryReason, Solution, SourceFile, Status, TimingMethod, Trace,
 };
 use serde_json::{Value, json};
 
@@ -271,6 +271,19 @@ pub enum ExecError {
     /// What a sandboxed worker needs of the interpreter could not be found.
     #[error("failed to read the interpreter's import path for the workers: {0}")]
     SandboxPaths(#[from] crate::python::PythonError),
+    /// A fault of the harness's own plumbing (its transfer directory vanished) in both
+    /// attempts at a workload: the evaluation stops there, and that workload gets no status.
+    #[error(
+        "harness fault (not the candidate's) at workload `{workload}` of `{definition}`: {detail}; the evaluation stopped there (the workloads before it are recorded); rerun it, and report this if it repeats"
+    )]
+    HarnessFault {
+        /// The definition.
+        definition: String,
+        /// The workload's uuid.
+        workload: String,
+        /// What happened in each attempt.
+        detail: String,
+    },
     /// The solution's language cannot be built or run on this host or device; nothing ran.
     #[error(
         "solution `{solution}` ({language}) cannot run here: missing {missing}; {fix}. Nothing was evaluated"
@@ -519,6 +532,8 @@ pub struct Session {
     judge_env: Option<Environment>,
     judge_setup_for: Option<String>,
     counter: u64,
+    /// Faults injected so far (`KG_TEST_FAULT`, test builds only).
+    faults_injected: u32,
     /// The candidate output pool the judge has open: (judge's tag, candidate's tag, number).
     pool_opened: Option<(String, String, u64)>,
     /// The candidate (its tag) whose outputs go as files since its pool failed, and why.
@@ -551,6 +566,9 @@ struct Outcome {
     log: String,
     correctness: Option<Correctness>,
     performance: Option<Performance>,
+    /// Set when this outcome may be the harness's doing rather than the candidate's: the
+    /// workload is evaluated once more before anything is recorded.
+    retry: Option<RetryReason>,
 }
 
 impl Outcome {
@@ -560,7 +578,14 @@ impl Outcome {
             log: log.into(),
             correctness: None,
             performance: None,
+            retry: None,
         }
+    }
+
+    /// This outcome, marked as one to evaluate again ([`Outcome::retry`]).
+    fn retry_for(mut self, reason: RetryReason) -> Self {
+        self.retry = Some(reason);
+        self
     }
 }
 
@@ -682,6 +707,7 @@ impl Session {
             judge_env: None,
             judge_setup_for: None,
             counter: 0,
+            faults_injected: 0,
             pool_opened: None,
             pool_off: None,
             outputs_via: String::new(),
@@ -1408,6 +1434,7 @@ impl Session {
                 total,
             });
             let mut wall_s = None;
+            let mut retried = None;
             let outcome = match self.ensure_judge(problem)? {
                 Err(msg) => Outcome::fail(
                     Status::InvalidReference,
@@ -1449,7 +1476,8 @@ impl Session {
                         match (&mut candidate, &compile_failure) {
                             (Some(c), None) => {
                                 let t = Instant::now();
-                                let mut o = self.run_workload(problem, w, c)?;
+                                let mut o =
+                                    self.run_workload_retrying(problem, w, c, &mut retried)?;
                                 let wall = t.elapsed().as_secs_f64();
                                 wall_s = Some(wall);
                                 if !o.log.is_empty() && !o.log.ends_with('\n') {
@@ -1498,6 +1526,7 @@ impl Session {
                     environment: env,
                     timestamp: now_iso(),
                     wall_s,
+                    retried,
                 }),
                 // Chained and sealed by the writer, once the candidate is gone.
                 kernelgate_chain: None,
@@ -1512,6 +1541,71 @@ impl Session {
         Ok(traces)
     }
 
+    /// Whether the fault `kind` is to be injected now: test builds read `KG_TEST_FAULT`
+    /// (`KIND` every time, `KIND-once` the first time), so tests can show how a fault of the
+    /// harness's own plumbing is reported; release builds never inject.
+    fn inject(&mut self, kind: &str) -> bool {
+        if !cfg!(debug_assertions) {
+            return false;
+        }
+        let Ok(v) = std::env::var("KG_TEST_FAULT") else {
+            return false;
+        };
+        let hit = v == kind || (v == format!("{kind}-once") && self.faults_injected == 0);
+        if hit {
+            self.faults_injected += 1;
+            tracing::warn!("KG_TEST_FAULT: injecting `{kind}`");
+        }
+        hit
+    }
+
+    /// [`Session::run_workload`], once more when the outcome may be the harness's doing
+    /// ([`Outcome::retry`]): the second attempt is what is recorded, the first one's status in
+    /// `retried`. A second loss of the harness's own state stops the evaluation
+    /// ([`ExecError::HarnessFault`]), so no candidate status is given for a fault of ours.
+    fn run_workload_retrying(
+        &mut self,
+        problem: &Problem,
+        w: &LoadedWorkload,
+        cand: &mut Worker,
+        retried: &mut Option<Retry>,
+    ) -> Result<Outcome, ExecError> {
+        let first = self.run_workload(problem, w, cand)?;
+        let Some(reason) = first.retry else {
+            return Ok(first);
+        };
+        let head: String = first.log.chars().take(600).collect();
+        let first_attempt = format!("{}: {}", first.status.as_str(), head.trim_end());
+        let fault = |detail: String| ExecError::HarnessFault {
+            definition: problem.definition.name.clone(),
+            workload: w.workload.uuid.clone(),
+            detail,
+        };
+        if cand.is_dead() {
+            return match reason {
+                RetryReason::HarnessStateLost => Err(fault(first_attempt)),
+                RetryReason::DualClock => Ok(first),
+            };
+        }
+        tracing::warn!(
+            workload = %w.workload.uuid,
+            reason = reason.as_str(),
+            "evaluating the workload once more: {first_attempt}"
+        );
+        let second = self.run_workload(problem, w, cand)?;
+        if second.retry == Some(RetryReason::HarnessStateLost) {
+            return Err(fault(format!(
+                "twice; first attempt {first_attempt}; second {}",
+                second.status.as_str()
+            )));
+        }
+        *retried = Some(Retry {
+            reason,
+            first_attempt,
+        });
+        Ok(second)
+    }
+
     fn run_workload(
         &mut self,
         problem: &Problem,
@@ -1519,10 +1613,30 @@ impl Session {
         cand: &mut Worker,
     ) -> Result<Outcome, ExecError> {
         let xfer = self.transfer_dir(cand)?;
+        if self.inject("lose-transfer") {
+            let _ = std::fs::remove_dir_all(&xfer.inputs);
+        }
         let result = self.run_workload_in(problem, w, cand, &xfer);
+        // The judge's input directory and the session directory are the harness's own (the
+        // sandboxed candidate cannot write either): a failure after they vanished is no
+        // verdict on the candidate.
+        let lost = [&xfer.inputs, &self.dir.path().to_path_buf()]
+            .into_iter()
+            .find(|d| !d.is_dir())
+            .map(|d| d.display().to_string());
         let _ = std::fs::remove_dir_all(&xfer.inputs);
         let _ = std::fs::remove_dir_all(&xfer.outputs);
         let mut outcome = result?;
+        if let Some(d) = lost
+            && outcome.status != Status::Passed
+        {
+            tracing::warn!(dir = %d, "a transfer directory of the harness vanished during a workload");
+            outcome.log = format!(
+                "harness: its transfer directory `{d}` vanished during the workload\n{}",
+                outcome.log
+            );
+            outcome.retry = Some(RetryReason::HarnessStateLost);
+        }
         let log = cand.take_log();
         if !log.is_empty() {
             if !outcome.log.is_empty() && !outcome.log.ends_with('\n') {
@@ -1897,7 +2011,7 @@ impl Session {
         if let Some(why) =
             dual_clock_after_reference(&tr, &rr, ref_sum_ms, !self.opts.device.is_cpu())
         {
-            return Ok(Outcome::fail(Status::RewardHack, why));
+            return Ok(Outcome::fail(Status::RewardHack, why).retry_for(RetryReason::DualClock));
         }
         // CUPTI spans when both sides have them (and they are plausible), else the event times,
         // so candidate and reference are always measured by the same method.
@@ -2016,6 +2130,7 @@ impl Session {
                 spread: Some(cs),
                 reference_spread: Some(rs),
             }),
+            retry: None,
         })
     }
 
@@ -2358,9 +2473,25 @@ impl Session {
             "op": "time", "iterations": self.opts.iterations.max(1),
             "method": method_name, "budget_s": budget, "spin_us": spin_us,
         });
+        // On the CPU the candidate's CPU time bounds what it can have computed: where its whole
+        // process tree is confined to a PID namespace (nothing it runs escapes the count),
+        // that time, and not the wall time a loaded machine stretches, is what its reported
+        // time is held to (`dual_clock_after_reference`).
+        let count_cpu = self.opts.device.is_cpu()
+            && cand.isolation.as_ref().is_some_and(|i| {
+                i.sandboxed
+                    && !i
+                        .missing()
+                        .contains(&kg_contract::isolation::Layer::PidNamespace)
+            });
+        let cpu0 = if count_cpu { cand.cpu_ms() } else { None };
         let t0 = Instant::now();
         let tr = self.candidate_call_with(cand, &treq, deadline, &mut |a| keys.answer(a))?;
-        let outside_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let mut outside_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let cpu_ms = cpu0.and_then(|c0| cand.cpu_ms().map(|c1| (c1 - c0).max(0.0)));
+        if self.inject("dual-clock") {
+            outside_ms += 60_000.0;
+        }
         // A key asked out of turn is the attack the sealing exists for, whatever happened next.
         if let Some(why) = keys.violation.take() {
             return Ok(Timed::fail(Status::RewardHack, why));
@@ -2473,6 +2604,9 @@ impl Session {
         let mut tr = tr;
         if let Some(o) = tr.as_object_mut() {
             o.insert("outside_ms".into(), json!(outside_ms));
+            if let Some(c) = cpu_ms {
+                o.insert("cpu_ms".into(), json!(c));
+            }
             o.insert("dual_clock".into(), dual);
             o.insert("handover".into(), json!(handover));
             o.insert("spin_us".into(), json!(spin_us));
@@ -2616,7 +2750,13 @@ fn dual_clock_after_reference(
     let d = tr.get("dual_clock")?;
     let f = |k: &str| d.get(k).and_then(Value::as_f64);
     let (reported, extra) = (f("reported_ms")?, f("extra_ms")?);
-    let outside = tr.get("outside_ms").and_then(Value::as_f64)?;
+    let wall = tr.get("outside_ms").and_then(Value::as_f64)?;
+    // The candidate's CPU time where it was counted (a CPU run, its tree in a PID namespace):
+    // it cannot have computed for longer than it ran, whatever the load stretched the wall to.
+    let outside = match tr.get("cpu_ms").and_then(Value::as_f64) {
+        Some(cpu) => wall.min(cpu),
+        None => wall,
+    };
     let calls = d.get("calls").and_then(Value::as_u64)? as usize;
     let ref_unexplained = rr
         .get("batch_wall_ms")
@@ -2896,6 +3036,23 @@ mod tests {
     }
 
     #[test]
+    fn dual_clock_holds_a_cpu_run_to_the_candidates_cpu_time() {
+        // An honest kernel on a loaded machine: 256 ms reported, 584 ms of wall time, but its
+        // processes ran for only 300 ms of CPU time.
+        let loaded = json!({"outside_ms": 584.0, "cpu_ms": 300.0,
+                            "dual_clock": {"reported_ms": 256.0, "calls": 22, "extra_ms": 0.0}});
+        assert!(dual_clock_after_reference(&loaded, &json!({}), 0.0, false).is_none());
+        // The same without the CPU count is what used to be called a forged timer.
+        let mut wall_only = loaded.clone();
+        wall_only.as_object_mut().unwrap().remove("cpu_ms");
+        assert!(dual_clock_after_reference(&wall_only, &json!({}), 0.0, false).is_some());
+        // A forger computes for the time it hides: its CPU time is as long as the wall.
+        let forged = json!({"outside_ms": 584.0, "cpu_ms": 570.0,
+                            "dual_clock": {"reported_ms": 60.0, "calls": 22, "extra_ms": 0.0}});
+        assert!(dual_clock_after_reference(&forged, &json!({}), 0.0, false).is_some());
+    }
+
+    #[test]
     fn dual_clock_allows_a_multiple_of_the_references_unexplained_time() {
         // A batch of 10 CPU calls reported 1 ms in 100 ms of wall time: fixed allowance 25 ms.
         let tr = json!({"outside_ms": 100.0, "dual_clock": {"reported_ms": 1.0, "calls": 10, "extra_ms": 0.0}});
@@ -2942,6 +3099,7 @@ mod tests {
                 spread: None,
                 reference_spread: None,
             }),
+            retry: None,
         };
         let o = floor.check("d", "w", passed(0.004));
         assert_eq!(o.status, Status::RewardHack);

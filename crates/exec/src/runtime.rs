@@ -122,7 +122,11 @@ pub fn sweep(base: &Path) -> Vec<PathBuf> {
         let Some((pid, start)) = name.to_str().and_then(owner_of) else {
             continue;
         };
-        if start_time(pid) == Some(start) {
+        // Start time 0: its owner could not read its own start time; only a dead pid frees it
+        // (a live owner must never lose its directory to another run's sweep).
+        if start_time(pid) == Some(start)
+            || (start == 0 && Path::new(&format!("/proc/{pid}")).exists())
+        {
             continue;
         }
         let path = e.path();
@@ -187,6 +191,11 @@ mod tests {
         assert!(!reused.exists());
         assert!(foreign.exists());
         assert!(ours.path().exists());
+        // An owner that could not read its start time (0) keeps its directory while alive.
+        let unknown_start = base.join(format!("kg-{me}-0-abc"));
+        std::fs::create_dir_all(&unknown_start).unwrap();
+        drop(session_dir_in(&base).unwrap());
+        assert!(unknown_start.exists());
         // A second session keeps the first one's directory: its owner is alive.
         let second = session_dir_in(&base).unwrap();
         assert!(ours.path().exists() && second.path().exists());

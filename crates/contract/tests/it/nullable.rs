@@ -28,6 +28,7 @@ fn eval(status: Status, correctness: bool, performance: bool) -> Evaluation {
         environment: Default::default(),
         timestamp: String::new(),
         wall_s: None,
+        retried: None,
     }
 }
 
