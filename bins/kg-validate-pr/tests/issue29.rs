@@ -386,6 +386,39 @@ fn sparse_checkout_whose_git_status_is_clean_is_clean() {
     assert_eq!(git(&f.repo, &["status", "--porcelain"]), "");
 }
 
+/// A sparse *index* (directory entries) is beyond libgit2: refused with the command that keeps
+/// the checkout sparse but the index readable, not reported as a git failure.
+#[test]
+fn sparse_index_is_refused_with_the_fix() {
+    let py = python(false);
+    let f = sparse_fixture(&[BENIGN]);
+    git(
+        &f.repo,
+        &[
+            "sparse-checkout",
+            "set",
+            "--sparse-index",
+            "kern",
+            "tests",
+            "scripts",
+        ],
+    );
+    let before = f.fingerprint();
+    let out = f
+        .command(&py, true, &argnames("16,33;5,130"))
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("sparse index")
+            && err.contains("git sparse-checkout reapply --no-sparse-index"),
+        "{err}"
+    );
+    assert!(!f.out.exists(), "{err}");
+    assert_eq!(f.fingerprint(), before);
+}
+
 /// skip-worktree entries set by hand (no sparse-checkout): one deleted, one edited locally;
 /// `git status` is clean, and the run hands both back as they were.
 #[test]

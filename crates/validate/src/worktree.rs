@@ -369,7 +369,25 @@ fn skip_worktree_entries(
     repo: &Repository,
     path: &Path,
 ) -> Result<BTreeSet<String>, ValidateError> {
-    let index = repo.index().map_err(git_err("read the index", path))?;
+    let index = match repo.index() {
+        Ok(i) => i,
+        // libgit2 cannot read a sparse index (directory entries); say how to get a full one.
+        Err(_)
+            if repo
+                .config()
+                .and_then(|c| c.get_bool("index.sparse"))
+                .unwrap_or(false) =>
+        {
+            return Err(ValidateError::usage(
+                "--repo",
+                format!(
+                    "`{}` uses a sparse index (index.sparse=true), which libgit2 cannot read; run `git sparse-checkout reapply --no-sparse-index` there (the checkout stays sparse) and retry",
+                    path.display()
+                ),
+            ));
+        }
+        Err(e) => return Err(git_err("read the index", path)(e)),
+    };
     Ok(index
         .iter()
         .filter(|e| IndexEntryExtendedFlag::from_bits_truncate(e.flags_extended).is_skip_worktree())
