@@ -1623,3 +1623,85 @@ pub fn runs_named<'a>(report: &'a ValidationReport, prefix: &str) -> Vec<&'a Run
         .filter(|r| r.name.starts_with(prefix))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::HostSettings;
+
+    fn options() -> Options {
+        Options {
+            repo: PathBuf::from("/r"),
+            target: "tests/t.py".into(),
+            patch: None,
+            head_sha: None,
+            expected_route: None,
+            shape_vars: vec![],
+            shape_env: None,
+            shape_arg: None,
+            shape_argnames: None,
+            grid: vec![],
+            grid_novelty: None,
+            axes: vec![],
+            runner: RunnerChoice::Auto,
+            runtime_module: None,
+            perf_control_column: None,
+            tol_table: vec![],
+            perf_args: None,
+            no_perf: true,
+            label: "t".into(),
+            out: PathBuf::from("/o/r.json"),
+            python: None,
+            host: HostSettings::from_lookup(|_| None).unwrap(),
+        }
+    }
+
+    fn finding(severity: Severity, stage: &str, detail: &str) -> Finding {
+        Finding {
+            severity,
+            stage: stage.into(),
+            detail: detail.into(),
+        }
+    }
+
+    #[test]
+    fn the_earliest_stage_decides_not_the_first_pushed() {
+        let mut r = skeleton(&options());
+        // Pushed out of pipeline order, as the restore note and late stages can be.
+        r.findings = vec![
+            finding(Severity::Note, "merge_sim", "restore note"),
+            finding(Severity::Blocker, "correctness_s1_grid", "grid fails"),
+            finding(
+                Severity::ShouldFix,
+                "merge_sim",
+                "never decides over a blocker",
+            ),
+            finding(Severity::Blocker, "test_policy", "widened"),
+            finding(Severity::Blocker, "test_policy", "second"),
+        ];
+        let d = verdict::decide(&r);
+        assert_eq!(d.verdict, Verdict::Block);
+        assert_eq!(
+            d.decided_by,
+            DecidedBy::Finding {
+                stage: "test_policy".into(),
+                severity: Severity::Blocker,
+                detail: "widened".into()
+            }
+        );
+        assert_eq!(d.summary(), "decided by test_policy (blocker): widened");
+        assert_eq!(d.reason, "blocker from test_policy: widened");
+
+        r.findings.clear();
+        r.stages.merge_sim = Stage::new(StageStatus::Pass, "applied");
+        r.stages.gpu_claim = Stage::new(StageStatus::Pass, "claimed");
+        r.stages.runtime_compat = Stage::skip("runtime mismatch:\n  multi-line");
+        let d = verdict::decide(&r);
+        assert_eq!(d.verdict, Verdict::Inconclusive);
+        let s = d.summary();
+        assert!(
+            s.starts_with("decided by runtime_compat (skip): runtime mismatch: multi-line; also incomplete: test_policy=skip,"),
+            "{s}"
+        );
+    }
+}
