@@ -288,6 +288,10 @@ fn from_exec(e: ExecError) -> Failure {
             code: 130,
             error: anyhow!("cancelled; every worker process was killed"),
         },
+        e @ ExecError::HarnessFault { .. } => Failure {
+            code: kg_contract::exit::HARNESS,
+            error: e.into(),
+        },
         other => usage(other),
     }
 }
@@ -606,9 +610,15 @@ fn cpu_estimates(
 }
 
 /// Warns before a CPU run estimated at more than [`LONG_RUN_S`], with what the usual
-/// shortening flags would make of it.
+/// shortening flags would make of it; says the estimate of one over a minute.
 fn warn_if_long(estimated_s: f64, short_s: f64, interpreted: bool) {
     if estimated_s <= LONG_RUN_S {
+        if estimated_s > 60.0 {
+            eprintln!(
+                "notice: this CPU run is estimated at ~{} (a rough estimate from input sizes)",
+                fmt_secs(estimated_s)
+            );
+        }
         return;
     }
     let why = if interpreted {

@@ -1,7 +1,7 @@
 //! End-to-end tests of `kg-bench` on the fixtures in `crates/exec/tests/fixtures` (and, when
 //! present, the corpus's `fixtures/evaluate/manifest.json`). They need a Python with torch: the
 //! interpreter comes from `KG_TEST_PYTHON`, else `<workspace>/.venv/bin/python`, else `python3`.
-//! Without torch they skip with a message, except under `CI`, where they fail.
+//! Without torch they fail (run `cargo xtask setup`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
@@ -24,7 +24,8 @@ fn fixtures() -> PathBuf {
     workspace().join("crates/exec/tests/fixtures")
 }
 
-fn python() -> Option<PathBuf> {
+/// The test interpreter; a test that needs it fails without it (never passes by skipping).
+fn python() -> PathBuf {
     let py = std::env::var_os("KG_TEST_PYTHON")
         .map(PathBuf::from)
         .or_else(|| {
@@ -36,16 +37,12 @@ fn python() -> Option<PathBuf> {
         .args(["-c", "import torch"])
         .output()
         .is_ok_and(|o| o.status.success());
-    if ok {
-        return Some(py);
-    }
     assert!(
-        std::env::var_os("CI").is_none(),
-        "`{}` cannot import torch, and CI is set: run `cargo xtask setup` or set KG_TEST_PYTHON",
+        ok,
+        "`{}` cannot import torch: run `cargo xtask setup` or set KG_TEST_PYTHON",
         py.display()
     );
-    eprintln!("skipping: `{}` cannot import torch", py.display());
-    None
+    py
 }
 
 /// A kg-bench command with its own TMPDIR (so its workers can be found in /proc).
@@ -138,7 +135,7 @@ fn ran_read_only(e: &kg_contract::Evaluation) -> bool {
 
 #[test]
 fn every_fixture_gets_its_status_and_the_run_continues() {
-    let Some(py) = python() else { return };
+    let py = python();
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("results");
     let pidfile = tmp.path().join("helpers.pid");
@@ -160,12 +157,9 @@ fn every_fixture_gets_its_status_and_the_run_continues() {
         let sol: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(fixtures().join(&c.solution)).unwrap())
                 .unwrap();
-        let def: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(fixtures().join(&c.problem).join("definition.json")).unwrap(),
-        )
-        .unwrap();
+        // Keyed by the problem's path in the corpus (`add`), not its definition name.
         let path = out
-            .join(def["name"].as_str().unwrap())
+            .join(Path::new(&c.problem).file_name().unwrap())
             .join(format!("{}.jsonl", sol["name"].as_str().unwrap()));
         let traces = traces_in(&path);
         // Both workloads evaluated: a failure never stops the run.
@@ -275,7 +269,8 @@ fn every_fixture_gets_its_status_and_the_run_continues() {
         .output()
         .unwrap();
     assert!(
-        stderr(&o).contains("skipped (use --rerun)"),
+        stderr(&o).contains("all PASSED; --rerun evaluates it again); skipped")
+            || stderr(&o).contains("did not pass; --rerun-failed evaluates it again); skipped"),
         "{}",
         stderr(&o)
     );
@@ -283,7 +278,7 @@ fn every_fixture_gets_its_status_and_the_run_continues() {
 
 #[test]
 fn evaluate_writes_traces_and_prints_json() {
-    let Some(py) = python() else { return };
+    let py = python();
     let tmp = tempfile::tempdir().unwrap();
     let traces = tmp.path().join("t.jsonl");
     let o = kg(&py, tmp.path())
@@ -319,7 +314,7 @@ fn evaluate_writes_traces_and_prints_json() {
 /// sets fall back to files, and the reference as the candidate still PASSES.
 #[test]
 fn inputs_fall_back_to_files_when_the_candidate_draws_other_bytes() {
-    let Some(py) = python() else { return };
+    let py = python();
     let tmp = tempfile::tempdir().unwrap();
     // One workload; its PASSED trace's log.
     let log_of = |problem: &Path| -> String {
@@ -357,7 +352,7 @@ fn inputs_fall_back_to_files_when_the_candidate_draws_other_bytes() {
 
 #[test]
 fn evaluate_solution_reference_times_the_reference_against_itself() {
-    let Some(py) = python() else { return };
+    let py = python();
     let tmp = tempfile::tempdir().unwrap();
     let o = kg(&py, tmp.path())
         .args(["evaluate"])
@@ -400,7 +395,7 @@ fn evaluate_solution_reference_times_the_reference_against_itself() {
 
 #[test]
 fn candidate_environment_is_allow_listed() {
-    let Some(py) = python() else { return };
+    let py = python();
     let tmp = tempfile::tempdir().unwrap();
     let run = |secret: bool| {
         let mut c = kg(&py, tmp.path());
@@ -433,7 +428,7 @@ fn candidate_environment_is_allow_listed() {
 /// lists the problem as bad (exit 1).
 #[test]
 fn numeric_fields_out_of_range_are_refused_at_load() {
-    let Some(py) = python() else { return };
+    let py = python();
     let tmp = tempfile::tempdir().unwrap();
     let corpus = tmp.path().join("corpus");
     let p = corpus.join("huge_atol");
@@ -474,7 +469,7 @@ fn numeric_fields_out_of_range_are_refused_at_load() {
 /// succeeds, the run is REWARD_HACK, and the planted file is removed again.
 #[test]
 fn problem_directory_is_read_only_or_tampering_is_caught() {
-    let Some(py) = python() else { return };
+    let py = python();
     let tmp = tempfile::tempdir().unwrap();
     let problem = tmp.path().join("add");
     std::fs::create_dir(&problem).unwrap();
@@ -515,7 +510,7 @@ fn problem_directory_is_read_only_or_tampering_is_caught() {
 /// unaffected; a bad file is a usage error naming it.
 #[test]
 fn latency_below_the_speed_of_light_floor_is_reward_hack() {
-    let Some(py) = python() else { return };
+    let py = python();
     let tmp = tempfile::tempdir().unwrap();
     let problem = fixtures().join("corpus/add");
     let uuids: Vec<String> = std::fs::read_to_string(problem.join("workload.jsonl"))
@@ -590,7 +585,7 @@ fn kill_mid_run(
     PathBuf,
     PathBuf,
 ) {
-    let py = python().unwrap();
+    let py = python();
     let tmp = tempfile::tempdir().unwrap();
     let traces = tmp.path().join("t.jsonl");
     let pidfile = tmp.path().join("helpers.pid");
@@ -633,9 +628,7 @@ fn kill_mid_run(
 
 #[test]
 fn sigterm_kills_every_worker_and_keeps_traces_valid() {
-    if python().is_none() {
-        return;
-    }
+    python();
     let (tmp, status, traces, _) = kill_mid_run("-TERM");
     assert_eq!(status.code(), Some(130), "{status:?}");
     let t = traces_in(&traces);
@@ -654,9 +647,7 @@ fn sigterm_kills_every_worker_and_keeps_traces_valid() {
 
 #[test]
 fn sigkill_of_kg_bench_leaves_byte_valid_jsonl_and_no_orphans() {
-    if python().is_none() {
-        return;
-    }
+    python();
     let (tmp, status, traces, _) = kill_mid_run("-KILL");
     assert_eq!(status.code(), None);
     // Killed before its candidate was gone: nothing of this evaluation was written (no torn
@@ -686,7 +677,7 @@ fn sigkill_of_kg_bench_leaves_byte_valid_jsonl_and_no_orphans() {
 
 #[test]
 fn dataset_validate_flags_bad_references() {
-    let Some(py) = python() else { return };
+    let py = python();
     let tmp = tempfile::tempdir().unwrap();
     let o = kg(&py, tmp.path())
         .args(["dataset", "validate", "--json", "--device", "cpu"])
@@ -716,7 +707,7 @@ fn dataset_validate_flags_bad_references() {
 
 #[test]
 fn dataset_validate_reports_schema_errors_with_location() {
-    let Some(py) = python() else { return };
+    let py = python();
     let tmp = tempfile::tempdir().unwrap();
     let corpus = tmp.path().join("corpus");
     let p = corpus.join("bad");
@@ -808,11 +799,8 @@ fn missing_python_is_a_usage_error_naming_the_sources() {
 #[test]
 fn corpus_failure_fixtures_get_their_status() {
     let manifest = workspace().join("fixtures/evaluate/manifest.json");
-    if !manifest.is_file() {
-        eprintln!("skipping: {} not present", manifest.display());
-        return;
-    }
-    let Some(py) = python() else { return };
+    assert!(manifest.is_file(), "{} is missing", manifest.display());
+    let py = python();
     let cases: Vec<serde_json::Value> =
         serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
     assert!(!cases.is_empty());
@@ -899,7 +887,7 @@ fn verify(py: &Path, tmp: &Path, args: &[&std::ffi::OsStr]) -> Output {
 
 #[test]
 fn evaluated_traces_verify_and_an_edited_latency_does_not() {
-    let Some(py) = python() else { return };
+    let py = python();
     let tmp = tempfile::tempdir().unwrap();
     let problem = fixtures().join("corpus/add");
     let traces = tmp.path().join("t.jsonl");
@@ -1037,7 +1025,7 @@ fn evaluated_traces_verify_and_an_edited_latency_does_not() {
 
 #[test]
 fn concurrent_evaluations_appending_to_one_file_lose_nothing() {
-    let Some(py) = python() else { return };
+    let py = python();
     let tmp = tempfile::tempdir().unwrap();
     let problem = fixtures().join("corpus/add");
     let traces = tmp.path().join("same.jsonl");
@@ -1072,7 +1060,7 @@ fn concurrent_evaluations_appending_to_one_file_lose_nothing() {
 /// `run` refuses the next solution of that problem, whose directory no longer matches.
 #[test]
 fn a_problem_changed_at_candidate_exit_fails_its_traces_and_stops_that_problem() {
-    let Some(py) = python() else { return };
+    let py = python();
     let tmp = tempfile::tempdir().unwrap();
     let corpus = tmp.path().join("corpus");
     std::fs::create_dir_all(&corpus).unwrap();
@@ -1132,7 +1120,7 @@ def run(x, y, out):
     let after = std::fs::read_to_string(problem.join("workload.jsonl")).unwrap();
     assert_ne!(after, before, "the candidate's exit handler did not run");
     assert_eq!(after.len(), before.len());
-    let t = traces_in(&out.join("kg_fixture_add/a_tamper_at_exit.jsonl"));
+    let t = traces_in(&out.join("add/a_tamper_at_exit.jsonl"));
     assert_eq!(t.len(), 2);
     for t in &t {
         let e = t.evaluation.as_ref().unwrap();
@@ -1145,12 +1133,10 @@ def run(x, y, out):
         assert!(e.log.contains("workload.jsonl"), "{}", e.log);
     }
     // The next solution of the tampered problem never ran.
-    assert!(!out.join("kg_fixture_add/b_honest.jsonl").exists());
+    assert!(!out.join("add/b_honest.jsonl").exists());
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
-    let why = summary["errors"]["kg_fixture_add"]
-        .as_str()
-        .unwrap_or_default();
+    let why = summary["errors"]["add"].as_str().unwrap_or_default();
     assert!(why.contains("changed since it was loaded"), "{summary}");
     // What was written still verifies against the summary's heads.
     let v = verify(
@@ -1164,4 +1150,520 @@ def run(x, y, out):
         "{}",
         String::from_utf8_lossy(&v.stdout)
     );
+}
+
+/// kg-bench's own fixtures (`bins/kg-bench/tests/fixtures`).
+fn own_fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+/// Copies a directory tree (`cp -r`).
+fn copy_dir(from: &Path, to: &Path) {
+    let st = Command::new("cp")
+        .arg("-r")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+fn summary_of(out: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap()
+}
+
+fn uuids(traces: &[Trace]) -> Vec<String> {
+    traces.iter().map(|t| t.workload.uuid.clone()).collect()
+}
+
+fn run_id(path: &Path) -> String {
+    traces_in(path)[0]
+        .kernelgate_chain
+        .as_ref()
+        .unwrap()
+        .manifest
+        .run_id
+        .clone()
+}
+
+/// Issue 29 item 2: two problems of one definition name (different sizes) are each
+/// evaluated, into their own trace files, and the totals count each trace once.
+#[test]
+fn two_problems_of_one_definition_name_are_each_evaluated_and_keyed_by_path() {
+    let py = python();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let corpus = own_fixtures().join("same_name");
+    let o = kg(&py, tmp.path())
+        .arg("run")
+        .arg(&corpus)
+        .arg("-o")
+        .arg(&out)
+        .args(FAST)
+        .output()
+        .unwrap();
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    assert!(!e.contains("complete traces"), "{e}");
+    assert!(
+        e.contains("definition `kg_fixture_double` is defined by 2 problems")
+            && e.contains("with different definitions"),
+        "{e}"
+    );
+    let small = traces_in(&out.join("small/reference.jsonl"));
+    let large = traces_in(&out.join("large/reference.jsonl"));
+    assert_eq!(uuids(&small), ["fx-double-small-4"]);
+    assert_eq!(uuids(&large), ["fx-double-large-2", "fx-double-large-8"]);
+    // Each judged on its own shapes: 8 and 64 wide.
+    assert_eq!(small[0].workload.axes["rows"], 4);
+    let s = summary_of(&out);
+    assert_eq!(s["totals"]["PASSED"], 3, "{s}");
+    assert_eq!(s["problems"]["small"]["reference"]["PASSED"], 1, "{s}");
+    assert_eq!(s["problems"]["large"]["reference"]["PASSED"], 2, "{s}");
+    assert_eq!(
+        s["problem_info"]["large"]["definition"], "kg_fixture_double",
+        "{s}"
+    );
+    // One table row per problem, each with its own counts.
+    let table = String::from_utf8_lossy(&o.stdout);
+    let row = |key: &str| {
+        table
+            .lines()
+            .find(|l| l.contains(&format!(" {key} ")))
+            .unwrap_or_else(|| panic!("no row for {key}: {table}"))
+            .to_string()
+    };
+    assert!(row("small").contains("┆ 1         ┆ 1 "), "{table}");
+    assert!(row("large").contains("┆ 2         ┆ 2 "), "{table}");
+    // Run again: each is finished in its own file, and nothing is counted twice.
+    let o = kg(&py, tmp.path())
+        .arg("run")
+        .arg(&corpus)
+        .arg("-o")
+        .arg(&out)
+        .args(FAST)
+        .output()
+        .unwrap();
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    assert_eq!(e.matches("complete traces").count(), 2, "{e}");
+    assert_eq!(summary_of(&out)["totals"]["PASSED"], 3);
+}
+
+/// Issue 29 item 2: `dataset validate` flags a definition name that two problems define
+/// differently (BAD, naming the other directory).
+#[test]
+fn dataset_validate_flags_duplicate_definition_names() {
+    let py = python();
+    let tmp = tempfile::tempdir().unwrap();
+    let o = kg(&py, tmp.path())
+        .args(["dataset", "validate"])
+        .arg(own_fixtures().join("same_name"))
+        .args(["--device", "cpu", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let findings: Vec<serde_json::Value> = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(findings.len(), 2);
+    for f in &findings {
+        assert_eq!(f["ok"], false, "{f}");
+        let m = f["messages"].to_string();
+        assert!(
+            m.contains("duplicate definition name `kg_fixture_double`")
+                && m.contains("with a different definition"),
+            "{m}"
+        );
+    }
+    let small = findings
+        .iter()
+        .find(|f| f["problem"] == "kg_fixture_double (small)")
+        .unwrap_or_else(|| panic!("{findings:?}"));
+    assert!(
+        small["messages"].to_string().contains("same_name/large`"),
+        "{small}"
+    );
+}
+
+/// Two solutions of one problem with one name would write one trace file: refused before
+/// anything runs, naming both files.
+#[test]
+fn two_solutions_writing_one_trace_file_are_refused_up_front() {
+    let py = python();
+    let tmp = tempfile::tempdir().unwrap();
+    let problem = tmp.path().join("corpus/small");
+    std::fs::create_dir_all(tmp.path().join("corpus")).unwrap();
+    copy_dir(&own_fixtures().join("same_name/small"), &problem);
+    std::fs::copy(
+        problem.join("solutions/double_pytorch.json"),
+        problem.join("solutions/again.json"),
+    )
+    .unwrap();
+    let o = kg(&py, tmp.path())
+        .arg("run")
+        .arg(tmp.path().join("corpus"))
+        .args(["--solutions", "bundled", "-o"])
+        .arg(tmp.path().join("out"))
+        .args(FAST)
+        .output()
+        .unwrap();
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("again.json")
+            && e.contains("double_pytorch.json")
+            && e.contains("would both write"),
+        "{e}"
+    );
+    assert!(!tmp.path().join("out/small").exists());
+}
+
+/// Issue 29 item 7: `--solutions bundled` takes SOL-ExecBench's `solution_*.json` beside
+/// `definition.json` as well as `solutions/*.json`, and says which layout it used; a problem
+/// with neither is named with both layouts.
+#[test]
+fn bundled_finds_sol_execbench_solution_files_beside_the_definition() {
+    let py = python();
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tmp.path().join("corpus");
+    copy_dir(&own_fixtures().join("same_name"), &corpus);
+    copy_dir(
+        &own_fixtures().join("same_name/small"),
+        &corpus.join("bare"),
+    );
+    std::fs::remove_dir_all(corpus.join("bare/solutions")).unwrap();
+    let out = tmp.path().join("out");
+    let o = kg(&py, tmp.path())
+        .arg("run")
+        .arg(&corpus)
+        .args(["--solutions", "bundled", "-o"])
+        .arg(&out)
+        .args(FAST)
+        .output()
+        .unwrap();
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    let t = traces_in(&out.join("large/double_triton.jsonl"));
+    assert_eq!(t.len(), 2);
+    assert!(
+        t.iter()
+            .all(|t| t.evaluation.as_ref().unwrap().status == Status::Passed)
+    );
+    assert_eq!(traces_in(&out.join("small/double_pytorch.jsonl")).len(), 1);
+    assert!(
+        e.contains("1 problem(s) from `solutions/*.json`")
+            && e.contains(
+                "1 problem(s) from `solution_*.json` beside `definition.json` (SOL-ExecBench layout)"
+            ),
+        "{e}"
+    );
+    assert!(
+        e.contains("bare: no solutions (looked for `")
+            && e.contains("bare/solutions/*.json` and `")
+            && e.contains("bare/solution_*.json` beside `definition.json`"),
+        "{e}"
+    );
+    let s = summary_of(&out);
+    assert_eq!(
+        s["problem_info"]["large"]["solutions_from"],
+        serde_json::json!(["beside_definition"]),
+        "{s}"
+    );
+    assert_eq!(
+        s["problem_info"]["small"]["solutions_from"],
+        serde_json::json!(["solutions_dir"]),
+        "{s}"
+    );
+}
+
+/// Issue 29 item 8: outside a terminal, every finished workload gets a progress line with its
+/// wall time (the trace's `wall_s`), and the tables show it.
+#[test]
+fn progress_lines_with_wall_time_go_to_stderr_outside_a_terminal() {
+    let py = python();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let o = kg(&py, tmp.path())
+        .arg("run")
+        .arg(own_fixtures().join("same_name"))
+        .arg("-o")
+        .arg(&out)
+        .args(FAST)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    let lines: Vec<&str> = e.lines().filter(|l| l.starts_with('[')).collect();
+    assert_eq!(lines.len(), 3, "{e}");
+    let t = &traces_in(&out.join("small/reference.jsonl"))[0];
+    let wall = t.evaluation.as_ref().unwrap().wall_s.unwrap();
+    assert!(wall > 0.0);
+    let small = lines
+        .iter()
+        .find(|l| l.contains("small / reference / fx-double-small-4"))
+        .unwrap_or_else(|| panic!("{e}"));
+    assert!(small.contains("PASSED"), "{small}");
+    assert!(
+        small.contains(&format!("{wall:.1} s")),
+        "{small} (wall {wall})"
+    );
+    assert!(small.contains("(elapsed "), "{small}");
+    assert!(
+        lines[0].starts_with("[1/3]") && lines[2].starts_with("[3/3]"),
+        "{e}"
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("wall s"));
+    // evaluate's per-workload table has the column, with the trace's value.
+    let o = kg(&py, tmp.path())
+        .arg("evaluate")
+        .arg(own_fixtures().join("same_name/small"))
+        .args(["--solution", "reference"])
+        .args(FAST)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(table.contains("wall s"), "{table}");
+    let row = table.lines().find(|l| l.contains("fx-double-sma")).unwrap();
+    let cells: Vec<&str> = row.split('┆').map(str::trim).collect();
+    assert!(cells[2].parse::<f64>().is_ok_and(|w| w > 0.0), "{row}");
+    assert!(stderr(&o).contains("[1/1] PASSED"), "{}", stderr(&o));
+}
+
+/// Issue 29 item 8: a CPU run whose estimate from input sizes is long is warned about before
+/// anything runs, with the flags that shorten it.
+#[test]
+fn a_long_cpu_run_is_warned_about_up_front() {
+    use std::io::BufRead;
+    let py = python();
+    let tmp = tempfile::tempdir().unwrap();
+    let problem = tmp.path().join("big");
+    copy_dir(&own_fixtures().join("same_name/large"), &problem);
+    // 2^25 rows of 64 through the Triton interpreter: hours, by the estimate.
+    std::fs::write(
+        problem.join("workload.jsonl"),
+        "{\"uuid\": \"big\", \"axes\": {\"rows\": 33554432}, \"inputs\": {\"x\": {\"type\": \"random\"}}}\n",
+    )
+    .unwrap();
+    let mut child = kg(&py, tmp.path())
+        .arg("run")
+        .arg(&problem)
+        .args(["--solutions", "bundled", "--device", "cpu", "-o"])
+        .arg(tmp.path().join("out"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let warning = loop {
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(l) if l.starts_with("warning: this CPU run is estimated at") => break Some(l),
+            Ok(l) => seen.push(l),
+            Err(_) => break None,
+        }
+    };
+    let st = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    child.wait().unwrap();
+    let w = warning.unwrap_or_else(|| panic!("no warning; stderr: {seen:?}"));
+    assert!(w.contains('h') && w.contains("interpreter"), "{w}");
+    assert!(
+        w.contains("`--max-workloads 1 --rounds 2` would take"),
+        "{w}"
+    );
+    // Before any workload started.
+    assert!(!seen.iter().any(|l| l.starts_with('[')), "{seen:?}");
+}
+
+/// Issue 29 item 8: every subcommand's `--help` lists its exit codes.
+#[test]
+fn every_subcommand_lists_its_exit_codes_in_help() {
+    for args in [
+        &["--help"][..],
+        &["evaluate", "--help"],
+        &["run", "--help"],
+        &["dataset", "validate", "--help"],
+        &["verify", "--help"],
+        &["keygen", "--help"],
+        &["solar", "--help"],
+        &["score", "--help"],
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_kg-bench"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{args:?}");
+        let h = String::from_utf8_lossy(&o.stdout);
+        assert!(h.contains("Exit codes"), "{args:?}: {h}");
+        assert!(h.contains("  0 ") && h.contains("  2 "), "{args:?}: {h}");
+    }
+    let run = Command::new(env!("CARGO_BIN_EXE_kg-bench"))
+        .args(["run", "--help"])
+        .output()
+        .unwrap();
+    let h = String::from_utf8_lossy(&run.stdout);
+    assert!(h.contains("130") && h.contains("refused up front"), "{h}");
+    assert!(h.contains("--max-workloads 1 --rounds 2"), "{h}");
+}
+
+/// Issue 29 item 9: `--filter` selects problem/solution pairs by path, name or language;
+/// one that matches nothing is a usage error.
+#[test]
+fn filter_selects_pairs_and_one_matching_nothing_is_refused() {
+    let py = python();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let o = kg(&py, tmp.path())
+        .arg("run")
+        .arg(own_fixtures().join("same_name"))
+        .args([
+            "--solutions",
+            "bundled",
+            "--filter",
+            "language:triton & problem:lar*",
+            "-o",
+        ])
+        .arg(&out)
+        .args(FAST)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(traces_in(&out.join("large/double_triton.jsonl")).len(), 2);
+    assert!(!out.join("small").exists());
+    let s = summary_of(&out);
+    assert_eq!(
+        s["filters"],
+        serde_json::json!(["language:triton & problem:lar*"])
+    );
+    assert_eq!(s["totals"]["PASSED"], 2, "{s}");
+    let o = kg(&py, tmp.path())
+        .arg("run")
+        .arg(own_fixtures().join("same_name"))
+        .args(["--filter", "no_such_problem", "-o"])
+        .arg(tmp.path().join("out2"))
+        .args(FAST)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("--filter `no_such_problem` matched no problem/solution pair"),
+        "{}",
+        stderr(&o)
+    );
+    let o = kg(&py, tmp.path())
+        .arg("run")
+        .arg(own_fixtures().join("same_name"))
+        .args(["--filter", "size:8"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("unknown field `size`"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// Issue 29 item 9: `--rerun-failed` evaluates again only the pairs whose traces did not all
+/// pass; the passing pair's file is left as it was.
+#[test]
+fn rerun_failed_evaluates_only_pairs_that_did_not_pass() {
+    let py = python();
+    let tmp = tempfile::tempdir().unwrap();
+    let problem = tmp.path().join("corpus/small");
+    std::fs::create_dir_all(tmp.path().join("corpus")).unwrap();
+    copy_dir(&own_fixtures().join("same_name/small"), &problem);
+    let mut wrong: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(problem.join("solutions/double_pytorch.json")).unwrap(),
+    )
+    .unwrap();
+    wrong["name"] = "triple".into();
+    wrong["sources"][0]["content"] = "def run(x):\n    return x * 3\n".into();
+    std::fs::write(problem.join("solutions/triple.json"), wrong.to_string()).unwrap();
+    let out = tmp.path().join("out");
+    let run = |extra: &[&str]| {
+        kg(&py, tmp.path())
+            .arg("run")
+            .arg(tmp.path().join("corpus"))
+            .args(["--solutions", "bundled", "-o"])
+            .arg(&out)
+            .args(extra)
+            .args(FAST)
+            .output()
+            .unwrap()
+    };
+    let o = run(&[]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let passing = out.join("small/double_pytorch.jsonl");
+    let failing = out.join("small/triple.jsonl");
+    let before = std::fs::read(&passing).unwrap();
+    let failing_run = run_id(&failing);
+    let o = run(&["--rerun-failed"]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(
+        e.contains("small / double_pytorch: complete traces") && e.contains("(all PASSED;"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read(&passing).unwrap(), before);
+    assert_ne!(
+        run_id(&failing),
+        failing_run,
+        "the failing pair was not evaluated again"
+    );
+    assert_eq!(
+        traces_in(&failing)[0].evaluation.as_ref().unwrap().status,
+        Status::IncorrectNumerical
+    );
+    // Without the flag, a finished pair is kept whatever its status.
+    let again = run_id(&failing);
+    let o = run(&[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("1 workload(s) did not pass; --rerun-failed evaluates it again"));
+    assert_eq!(run_id(&failing), again);
+}
+
+/// Issue 29 item 9: `-q` drops the progress lines, `-v` adds one as each workload starts.
+#[test]
+fn quiet_and_verbose_change_what_progress_shows() {
+    let py = python();
+    let tmp = tempfile::tempdir().unwrap();
+    let go = |flag: &str, out: &str| {
+        kg(&py, tmp.path())
+            .arg("run")
+            .arg(own_fixtures().join("same_name"))
+            .args(["--filter", "problem:small", flag, "-o"])
+            .arg(tmp.path().join(out))
+            .args(FAST)
+            .output()
+            .unwrap()
+    };
+    let q = go("-q", "q");
+    assert_eq!(q.status.code(), Some(0), "{}", stderr(&q));
+    assert!(
+        !stderr(&q).lines().any(|l| l.starts_with('[')),
+        "{}",
+        stderr(&q)
+    );
+    assert!(String::from_utf8_lossy(&q.stdout).contains("totals: 1 PASSED"));
+    let v = go("-v", "v");
+    assert_eq!(v.status.code(), Some(0), "{}", stderr(&v));
+    let e = stderr(&v);
+    assert!(
+        e.contains("[1/1] small / reference / fx-double-small-4 ..."),
+        "{e}"
+    );
+    assert!(e.lines().any(|l| l.starts_with("[1/1] PASSED")), "{e}");
 }

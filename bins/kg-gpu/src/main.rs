@@ -10,9 +10,18 @@ use kg_gpu::lock::{self, LockState};
 use kg_gpu::pick::{self, GIB, PickOptions};
 use kg_gpu::{BackendSelection, Claim, ClaimRequest, ClockRequest, Discovery, PickOutcome};
 
+/// Exit codes of every subcommand, in `kg-gpu --help` (docs/kg-gpu.md has them too).
+const EXIT_CODES: &str = "Exit codes:
+  list    0, also with no GPU (an empty list and the reasons); 2 bad input
+  pick    0 picked, 1 none idle, 2 SMI error or bad input, 3 no GPU
+  claim   CMD's exit code (128+signal if a signal ended it); if CMD never ran: 1 none idle,
+          2 error (SMI failure, clocks required but not lockable, bad input), 3 no GPU,
+          4 device held by another process
+  status  0; 2 when the lock directory cannot be read";
+
 /// Find, claim and own GPUs (NVIDIA through NVML, AMD through AMD SMI), with evidence.
 #[derive(Parser)]
-#[command(name = "kg-gpu", version)]
+#[command(name = "kg-gpu", version, after_help = EXIT_CODES)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -21,6 +30,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// List devices and each backend's availability (exit 0, also with no GPU).
+    #[command(
+        after_help = "Exit codes:\n  0  listed, also with no GPU (an empty list and the reasons)\n  2  bad input"
+    )]
     List {
         /// Print JSON.
         #[arg(long)]
@@ -28,6 +40,9 @@ enum Cmd {
     },
     /// Pick an idle device over a sampling window; prints its runtime index.
     /// Exit 0 picked, 1 none idle, 2 SMI error, 3 no GPU.
+    #[command(
+        after_help = "Exit codes:\n  0  picked\n  1  none idle\n  2  SMI error or bad input\n  3  no GPU"
+    )]
     Pick {
         #[command(flatten)]
         window: Window,
@@ -44,6 +59,9 @@ enum Cmd {
     /// Claim a device, run CMD with only that device visible and the claim evidence in
     /// the file named by KG_GPU_CLAIM, then release. Exit code: CMD's; if no command ran,
     /// 1 none idle, 2 error, 3 no GPU, 4 device held by another process.
+    #[command(
+        after_help = "Exit codes:\n  CMD's exit code (128+signal if a signal ended it); if CMD never ran:\n  1  none idle\n  2  error (SMI failure, clocks required but not lockable, bad input)\n  3  no GPU\n  4  device held by another process"
+    )]
     Claim {
         #[command(flatten)]
         window: Window,
@@ -66,6 +84,7 @@ enum Cmd {
         cmd: Vec<String>,
     },
     /// Show who holds which GPU lock, since when, and whether records are live or stale.
+    #[command(after_help = "Exit codes:\n  0  shown\n  2  the lock directory cannot be read")]
     Status {
         /// Print JSON.
         #[arg(long)]

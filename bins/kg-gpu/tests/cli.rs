@@ -334,3 +334,28 @@ fn clock_lock_refusal_is_recorded_or_fails_closed_on_request() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(!e.path("ran").exists(), "the command must not run");
 }
+
+/// Issue 29 item 8: exit codes are in `--help`, not only in docs/kg-gpu.md.
+#[test]
+fn help_lists_every_subcommands_exit_codes() {
+    let top = Command::new(BIN).arg("--help").output().unwrap();
+    assert_eq!(top.status.code(), Some(0));
+    let h = String::from_utf8_lossy(&top.stdout);
+    for want in [
+        "Exit codes:",
+        "pick    0 picked, 1 none idle",
+        "4 device held by another process",
+        "status  0",
+    ] {
+        assert!(h.contains(want), "missing {want:?} in: {h}");
+    }
+    for sub in ["list", "pick", "claim", "status"] {
+        let o = Command::new(BIN).args([sub, "--help"]).output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{sub}");
+        let h = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            h.contains("Exit codes:") && h.contains("  2  "),
+            "{sub}: {h}"
+        );
+    }
+}
