@@ -15,8 +15,8 @@ use kg_heldout::{HeldoutError, agent, eval, task};
 use serde::Serialize;
 
 /// Exit code of `eval` when no usable device: refused before any task ran, or lost during the
-/// run (as kg-gpu's "no GPU").
-const NO_DEVICE: i32 = 3;
+/// run (as kg-gpu's "no GPU"): no verdict on any kernel.
+const NO_DEVICE: i32 = exit::NO_VERDICT;
 
 const GENERATE_EXIT_CODES: &str = "\
 Exit codes:

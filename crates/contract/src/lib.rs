@@ -59,6 +59,7 @@ pub mod exit {
     pub const FAILED: i32 = 1;
     /// Bad input or an unusable environment.
     pub const USAGE: i32 = 2;
-    /// kernelgate's own plumbing failed (a harness fault, twice): no verdict on the candidate.
-    pub const HARNESS: i32 = 3;
+    /// No verdict could be given: the environment failed mid-run (no usable device) or
+    /// kernelgate's own plumbing did (a harness fault, twice); no kernel is blamed.
+    pub const NO_VERDICT: i32 = 3;
 }
