@@ -97,6 +97,16 @@ fn missing_dependency_at_collection_is_named() {
         "{c}"
     );
     assert!(!note.contains("gpu_requirement is `required`"), "{c}");
+    // The cause is a typed field of the run record, not only words in a note.
+    let head = r["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|run| run["name"] == "head-repo")
+        .expect("a head-repo run");
+    assert_eq!(head["cause"]["kind"], "missing-dependency", "{c}");
+    assert_eq!(head["cause"]["module"], "kg_absent_dependency", "{c}");
+    assert_eq!(head["cause"]["during"], "collection", "{c}");
     assert_eq!(stage(&r, "correctness_repo_tests"), "skip", "{c}");
     assert!(
         r["findings"]

@@ -237,7 +237,8 @@ pub struct TestSelection {
     /// `--shape-vars`.
     pub shape_vars: Vec<String>,
     /// `not-required` (passed with no visible device, ≥ 1 test executed), `required`
-    /// (failed or executed nothing without a device), `not-evaluated` (a GPU was claimed).
+    /// (failed or executed nothing without a device), `not-evaluated` (a GPU was claimed, or
+    /// the run without a device failed on a missing dependency: see [`RunRecord::cause`]).
     pub gpu_requirement: String,
 }
 
@@ -303,6 +304,113 @@ pub struct RunRecord {
     pub log_sha256: Option<String>,
     /// The run's own receipt, when a route was watched and a receipt was written.
     pub receipt: Option<ExecutionReceipt>,
+    /// Why a failed run failed, when the probe could tell (a failed import); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<RunCause>,
+}
+
+/// When the failed import happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ImportDuring {
+    /// pytest importing a test module (or a conftest found while collecting).
+    Collection,
+    /// pytest importing its initial conftest files, before collection.
+    Conftest,
+    /// The script target, run as `__main__`.
+    Script,
+}
+
+impl ImportDuring {
+    /// `at collection`, `while loading conftest files` or `while running the script`.
+    pub fn phrase(self) -> &'static str {
+        match self {
+            ImportDuring::Collection => "at collection",
+            ImportDuring::Conftest => "while loading its conftest files",
+            ImportDuring::Script => "while running the script",
+        }
+    }
+}
+
+/// The typed cause of a failed run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum RunCause {
+    /// `module` is found nowhere: not installed, not in the checkout. An environment fact.
+    MissingDependency {
+        /// The module (dotted) Python could not find.
+        module: String,
+        /// The file that imports it, relative to the worktree where possible.
+        importer: String,
+        /// When.
+        during: ImportDuring,
+    },
+    /// `module` belongs to a package the checkout provides, and is not there.
+    MissingCheckoutModule {
+        /// The module (dotted).
+        module: String,
+        /// The file that imports it.
+        importer: String,
+        /// When.
+        during: ImportDuring,
+    },
+    /// Any other failed import (an extension that does not load, a name a module lacks).
+    ImportFailed {
+        /// The exception class.
+        exception: String,
+        /// The module, when Python named it.
+        module: Option<String>,
+        /// The file that imports it.
+        importer: String,
+        /// When.
+        during: ImportDuring,
+    },
+}
+
+impl RunCause {
+    /// Whether this is an environment fact rather than a result of the code under review.
+    pub fn is_environment(&self) -> bool {
+        matches!(self, RunCause::MissingDependency { .. })
+    }
+}
+
+impl std::fmt::Display for RunCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunCause::MissingDependency {
+                module,
+                importer,
+                during,
+            } => write!(
+                f,
+                "missing dependency `{module}`: `{importer}` imports it {} and the interpreter cannot find it (ModuleNotFoundError); nothing in the checkout provides it, so install it in the interpreter's environment (or fix the import if it is misspelt)",
+                during.phrase()
+            ),
+            RunCause::MissingCheckoutModule {
+                module,
+                importer,
+                during,
+            } => write!(
+                f,
+                "`{importer}` cannot import `{module}` {} (ModuleNotFoundError), a module of a package the checkout provides",
+                during.phrase()
+            ),
+            RunCause::ImportFailed {
+                exception,
+                module,
+                importer,
+                during,
+            } => write!(
+                f,
+                "`{importer}` failed to import {} {} ({exception})",
+                module
+                    .as_ref()
+                    .map(|m| format!("`{m}`"))
+                    .unwrap_or_else(|| "a module".into()),
+                during.phrase()
+            ),
+        }
+    }
 }
 
 /// Per-column perf comparison.

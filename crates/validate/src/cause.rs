@@ -13,28 +13,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-/// When the failed import happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ImportDuring {
-    /// pytest importing a test module (or a conftest found while collecting).
-    Collection,
-    /// pytest importing its initial conftest files, before collection.
-    Conftest,
-    /// The script target, run as `__main__`.
-    Script,
-}
-
-impl ImportDuring {
-    /// `at collection`, `while loading conftest files` or `while running the script`.
-    pub fn phrase(self) -> &'static str {
-        match self {
-            ImportDuring::Collection => "at collection",
-            ImportDuring::Conftest => "while loading its conftest files",
-            ImportDuring::Script => "while running the script",
-        }
-    }
-}
+pub use kg_contract::report::{ImportDuring, RunCause};
 
 /// One failed import, as the probe recorded it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -49,116 +28,36 @@ pub struct ImportFailure {
     pub during: ImportDuring,
 }
 
-/// The typed cause of a failed run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RunCause {
-    /// `module` is found nowhere: not installed, not in the checkout. An environment fact.
-    MissingDependency {
-        /// The module (dotted) Python could not find.
-        module: String,
-        /// The file that imports it, relative to the worktree where possible.
-        importer: String,
-        /// When.
-        during: ImportDuring,
-    },
-    /// `module` belongs to a package the checkout provides, and is not there.
-    MissingCheckoutModule {
-        /// The module (dotted).
-        module: String,
-        /// The file that imports it.
-        importer: String,
-        /// When.
-        during: ImportDuring,
-    },
-    /// Any other failed import (an extension that does not load, a name a module lacks).
-    ImportFailed {
-        /// The exception class.
-        exception: String,
-        /// The module, when Python named it.
-        module: Option<String>,
-        /// The file that imports it.
-        importer: String,
-        /// When.
-        during: ImportDuring,
-    },
-}
-
-impl RunCause {
-    /// Classifies `f`; `provides(top)` says whether the checkout provides (or provided) the
-    /// top-level package `top`.
-    pub fn classify(f: &ImportFailure, root: &Path, provides: impl Fn(&str) -> bool) -> RunCause {
-        let importer = Path::new(&f.path)
-            .strip_prefix(root)
-            .map(|p| p.to_string_lossy().to_string())
-            .unwrap_or_else(|_| f.path.clone());
-        match (&f.module, f.exception.as_str()) {
-            (Some(m), "ModuleNotFoundError") => {
-                let top = m.split('.').next().unwrap_or(m);
-                if provides(top) {
-                    RunCause::MissingCheckoutModule {
-                        module: m.clone(),
-                        importer,
-                        during: f.during,
-                    }
-                } else {
-                    RunCause::MissingDependency {
-                        module: m.clone(),
-                        importer,
-                        during: f.during,
-                    }
+/// Classifies `f`; `provides(top)` says whether the checkout provides (or provided) the
+/// top-level package `top`.
+pub fn classify(f: &ImportFailure, root: &Path, provides: impl Fn(&str) -> bool) -> RunCause {
+    let importer = Path::new(&f.path)
+        .strip_prefix(root)
+        .map(|p| p.to_string_lossy().to_string())
+        .unwrap_or_else(|_| f.path.clone());
+    match (&f.module, f.exception.as_str()) {
+        (Some(m), "ModuleNotFoundError") => {
+            let top = m.split('.').next().unwrap_or(m);
+            if provides(top) {
+                RunCause::MissingCheckoutModule {
+                    module: m.clone(),
+                    importer,
+                    during: f.during,
+                }
+            } else {
+                RunCause::MissingDependency {
+                    module: m.clone(),
+                    importer,
+                    during: f.during,
                 }
             }
-            _ => RunCause::ImportFailed {
-                exception: f.exception.clone(),
-                module: f.module.clone(),
-                importer,
-                during: f.during,
-            },
         }
-    }
-
-    /// Whether this is an environment fact rather than a result of the code under review.
-    pub fn is_environment(&self) -> bool {
-        matches!(self, RunCause::MissingDependency { .. })
-    }
-}
-
-impl std::fmt::Display for RunCause {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            RunCause::MissingDependency {
-                module,
-                importer,
-                during,
-            } => write!(
-                f,
-                "missing dependency `{module}`: `{importer}` imports it {} and the interpreter cannot find it (ModuleNotFoundError); nothing in the checkout provides it, so install it in the interpreter's environment (or fix the import if it is misspelt)",
-                during.phrase()
-            ),
-            RunCause::MissingCheckoutModule {
-                module,
-                importer,
-                during,
-            } => write!(
-                f,
-                "`{importer}` cannot import `{module}` {} (ModuleNotFoundError), a module of a package the checkout provides",
-                during.phrase()
-            ),
-            RunCause::ImportFailed {
-                exception,
-                module,
-                importer,
-                during,
-            } => write!(
-                f,
-                "`{importer}` failed to import {} {} ({exception})",
-                module
-                    .as_ref()
-                    .map(|m| format!("`{m}`"))
-                    .unwrap_or_else(|| "a module".into()),
-                during.phrase()
-            ),
-        }
+        _ => RunCause::ImportFailed {
+            exception: f.exception.clone(),
+            module: f.module.clone(),
+            importer,
+            during: f.during,
+        },
     }
 }
 
@@ -179,7 +78,7 @@ mod tests {
     fn module_not_found_is_a_dependency_unless_the_checkout_provides_its_package() {
         let root = Path::new("/r");
         let provides = |top: &str| top == "kern";
-        let c = RunCause::classify(
+        let c = classify(
             &failure("ModuleNotFoundError", Some("scipy.linalg")),
             root,
             provides,
@@ -193,7 +92,7 @@ mod tests {
             }
         );
         assert!(c.is_environment());
-        let c = RunCause::classify(
+        let c = classify(
             &failure("ModuleNotFoundError", Some("kern.gone")),
             root,
             provides,
@@ -203,10 +102,10 @@ mod tests {
         );
         assert!(!c.is_environment());
         // A module that exists but fails to load is not a missing dependency.
-        let c = RunCause::classify(&failure("ImportError", Some("scipy")), root, provides);
+        let c = classify(&failure("ImportError", Some("scipy")), root, provides);
         assert!(matches!(c, RunCause::ImportFailed { .. }));
         assert!(!c.is_environment());
-        let c = RunCause::classify(&failure("ModuleNotFoundError", None), root, provides);
+        let c = classify(&failure("ModuleNotFoundError", None), root, provides);
         assert!(matches!(c, RunCause::ImportFailed { module: None, .. }));
     }
 

@@ -51,6 +51,13 @@ impl State<'_> {
     fn record(&mut self, out: &RunOutcome) {
         self.report.runs.push(out.record.clone());
     }
+
+    /// Records the typed `cause` on the last recorded run named `name`.
+    fn record_cause(&mut self, name: &str, cause: Option<&kg_contract::report::RunCause>) {
+        if let Some(r) = self.report.runs.iter_mut().rev().find(|r| r.name == name) {
+            r.cause = cause.cloned();
+        }
+    }
 }
 
 fn skeleton(opts: &Options) -> ValidationReport {
@@ -551,6 +558,7 @@ fn stages_after_merge(
         st.record(&out);
         let ok = out.success && out.record.stats.executed >= 1;
         let cause = out.cause(repo_root, |top| provides(repo_root, &ctx, wt, &out, top));
+        st.record_cause(&out.record.name, cause.as_ref());
         match &cause {
             _ if ok => st.report.test_selection.gpu_requirement = "not-required".into(),
             // A package the environment lacks says nothing about the device: not evaluated.
@@ -634,6 +642,7 @@ fn stages_after_merge(
                     .into();
                     let cause =
                         out.cause(repo_root, |top| provides(repo_root, &ctx, wt, &out, top));
+                    st.record_cause(&out.record.name, cause.as_ref());
                     notes.push(format!(
                         "base-repo {} ({} executed{})",
                         out.record.status_text,
@@ -739,6 +748,7 @@ fn stages_after_merge(
         };
         let s = &out.record.stats;
         let cause = out.cause(repo_root, |top| provides(repo_root, &ctx, wt, &out, top));
+        st.record_cause(&out.record.name, cause.as_ref());
         let (status, note) = if let Some(c) = cause.as_ref().filter(|c| c.is_environment()) {
             (
                 StageStatus::Skip,

@@ -12,7 +12,7 @@ use kg_contract::report::{ExecutionReceipt, RunRecord, RunStats};
 use rustix::process::{Pid, Signal, kill_process_group};
 use serde::Deserialize;
 
-use crate::cause::{ImportFailure, RunCause};
+use crate::cause::{ImportFailure, RunCause, classify};
 use crate::env;
 use crate::error::ValidateError;
 
@@ -120,7 +120,7 @@ impl RunOutcome {
         }
         self.import_errors
             .first()
-            .map(|f| RunCause::classify(f, root, provides))
+            .map(|f| classify(f, root, provides))
     }
 }
 
@@ -410,6 +410,7 @@ impl RunContext {
                 log: Some(format!("{}/{}", self.logs_rel, log_name)),
                 log_sha256,
                 receipt,
+                cause: None,
             },
             success,
             output,
