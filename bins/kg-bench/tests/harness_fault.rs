@@ -52,7 +52,16 @@ fn evaluate(problem: &str, fault: &str, out: &Path, extra: &[&str]) -> Output {
         .arg("evaluate")
         .arg(workspace().join("crates/exec/tests/fixtures").join(problem))
         .args(["--solution", "reference", "--max-workloads", "2"])
-        .args(["--device", "cpu", "--rounds", "2", "--iterations", "3", "--warmup", "1"])
+        .args([
+            "--device",
+            "cpu",
+            "--rounds",
+            "2",
+            "--iterations",
+            "3",
+            "--warmup",
+            "1",
+        ])
         .args(extra)
         .arg("-o")
         .arg(out)
@@ -85,9 +94,17 @@ fn a_lost_transfer_directory_is_retried_not_blamed_on_the_candidate() {
     assert_eq!(ev.status, Status::Passed, "{}", ev.log);
     let r = ev.retried.as_ref().expect("the first workload was retried");
     assert_eq!(r.reason, RetryReason::HarnessStateLost);
-    assert!(!r.first_attempt.starts_with("PASSED"), "{}", r.first_attempt);
+    assert!(
+        !r.first_attempt.starts_with("PASSED"),
+        "{}",
+        r.first_attempt
+    );
     // Only the faulted workload was retried.
-    assert!(t[1..].iter().all(|t| t.evaluation.as_ref().unwrap().retried.is_none()));
+    assert!(
+        t[1..]
+            .iter()
+            .all(|t| t.evaluation.as_ref().unwrap().retried.is_none())
+    );
 }
 
 /// It vanishes every time: the evaluation stops as the harness's fault, and the workload gets
@@ -100,7 +117,10 @@ fn a_repeated_harness_fault_stops_the_evaluation_without_a_candidate_status() {
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(3), "stderr: {err}");
     assert!(err.contains("harness fault (not the candidate's)"), "{err}");
-    assert!(traces(&out).is_empty(), "a trace was written for a harness fault");
+    assert!(
+        traces(&out).is_empty(),
+        "a trace was written for a harness fault"
+    );
 }
 
 /// The dual clock trips once (a burst of load, injected): the workload is timed again instead
@@ -116,7 +136,11 @@ fn a_single_dual_clock_trip_is_timed_again() {
     assert_eq!(ev.status, Status::Passed, "{}", ev.log);
     let r = ev.retried.as_ref().expect("retried");
     assert_eq!(r.reason, RetryReason::DualClock);
-    assert!(r.first_attempt.starts_with("REWARD_HACK: dual clock"), "{}", r.first_attempt);
+    assert!(
+        r.first_attempt.starts_with("REWARD_HACK: dual clock"),
+        "{}",
+        r.first_attempt
+    );
     // Tripping every time is what a forged timer does: REWARD_HACK stands.
     let out2 = tmp.path().join("t2.jsonl");
     let o = evaluate("corpus/add", "dual-clock", &out2, &["--no-sandbox"]);
