@@ -47,7 +47,7 @@ pub use report::{Finding, Severity, Stage, StageStatus, Stages, ValidationReport
 pub use solution::{BuildSpec, CompileOptions, Solution, SourceFile};
 pub use trace::{
     ClockState, Correctness, DeviceIdentity, Environment, Evaluation, NullableError, Performance,
-    Retry, RetryReason, Spread, Status, TimingMethod, Trace, load_traces,
+    Retry, RetryReason, Spread, Status, TimingMethod, Trace, Unverified, load_traces,
 };
 pub use workload::{InputSpec, MAX_TOLERANCE, ScalarValue, Tolerance, Workload};
 

@@ -13,9 +13,12 @@ pub struct CompileOptions {
     /// Host compiler flags.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cflags: Option<Vec<String>>,
-    /// NVCC / HIPCC flags (upstream default `["-O3", "--use_fast_math"]`).
+    /// NVCC flags of a `cuda_cpp` solution (upstream default `["-O3", "--use_fast_math"]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cuda_cflags: Option<Vec<String>>,
+    /// hipcc device flags of a `hip_cpp` solution (the ROCm port's field; default `["-O3"]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hip_cflags: Option<Vec<String>>,
     /// Linker flags (upstream default `["-lcuda"]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ld_flags: Option<Vec<String>>,

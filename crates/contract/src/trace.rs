@@ -242,6 +242,23 @@ pub struct Environment {
     /// The candidate's confinement layers as observed from outside it (kernelgate addition).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub isolation: Option<crate::isolation::IsolationReport>,
+    /// Code paths this result went through that have never run on the hardware they target
+    /// (kernelgate addition; empty for every NVIDIA and CPU result).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unverified: Vec<Unverified>,
+}
+
+/// A code path of kernelgate's that has not been run on the hardware it targets: kernelgate is
+/// developed on NVIDIA GPUs and CPUs, with no AMD GPU to test on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Unverified {
+    /// A `hip_cpp` solution built by torch's ROCm extension build with `hipcc`: tested only
+    /// with a stand-in `hipcc` on a CPU build of torch.
+    HipBuild,
+    /// Timing on an AMD GPU by HIP events between device-wide syncs (`torch.cuda.Event` on
+    /// ROCm): the same code as the NVIDIA event path, never run on an AMD device.
+    HipEventTiming,
 }
 
 /// The result of one benchmark run.

@@ -242,35 +242,101 @@ def _write_sources(sol, root):
             f.write(s["content"])
 
 
-def _build_cpp(sol, root, cache_dir):
-    """Builds cuda_cpp/cpp sources with torch.utils.cpp_extension.load, cached by source hash."""
-    from torch.utils import cpp_extension
+HIP_LANGUAGES = ("hip_cpp",)
 
+
+def rocm_root(environ=None):
+    """The ROCm installation a HIP build uses: `ROCM_PATH` when it is a directory, else the
+    directory above the `bin` holding `hipcc` on PATH, else `/opt/rocm` (the ROCm port's order);
+    None when there is none."""
+    import shutil
+
+    env = os.environ if environ is None else environ
+    configured = env.get("ROCM_PATH")
+    if configured and os.path.isdir(configured):
+        return os.path.realpath(configured)
+    hipcc = shutil.which("hipcc", path=env.get("PATH"))
+    if hipcc:
+        bin_dir = os.path.dirname(os.path.realpath(hipcc))
+        if os.path.basename(bin_dir) == "bin":
+            return os.path.dirname(bin_dir)
+    return "/opt/rocm" if os.path.isdir("/opt/rocm") else None
+
+
+def _hip_build_env(spec, environ):
+    """What a hip_cpp build sets before torch's extension builder runs: `CXX` = the ROCm root's
+    `hipcc` (unless set), and `PYTORCH_ROCM_ARCH` from the solution's `gfx*` targets (unless
+    set). Returns the ROCm root, or raises RuntimeError naming what is missing."""
+    root = rocm_root(environ)
+    if root is None:
+        raise RuntimeError("no ROCm installation for a hip_cpp build (set ROCM_PATH, or put hipcc on PATH)")
+    environ.setdefault("CXX", os.path.join(root, "bin", "hipcc"))
+    arches = [t for t in spec.get("target_hardware") or [] if str(t).startswith("gfx")]
+    if arches and "PYTORCH_ROCM_ARCH" not in environ:
+        environ["PYTORCH_ROCM_ARCH"] = ";".join(dict.fromkeys(arches))
+    return root
+
+
+def _rebase_rocm_flag(flag, root):
+    """The ROCm port's portable `/opt/rocm` include and library flags, pointed at `root`."""
+    if root is None:
+        return flag
+    if flag == "-I/opt/rocm/include":
+        return "-I" + os.path.join(root, "include")
+    if flag == "-L/opt/rocm/lib":
+        return "-L" + os.path.join(root, "lib")
+    return flag
+
+
+def cpp_build_args(sol, root, cache_dir, environ=None):
+    """The arguments of torch.utils.cpp_extension.load for a cuda_cpp or hip_cpp solution
+    (sources written under `root`), cached by source hash under `cache_dir`. hip_cpp: HIP
+    sources (`.hip`) too, `hip_cflags` as the device compiler's flags (torch passes
+    `extra_cuda_cflags` to hipcc on ROCm), no `-lcuda`, and the build environment of
+    _hip_build_env."""
+    env = os.environ if environ is None else environ
+    spec = sol["spec"]
+    langs = [x.lower() for x in spec["languages"]]
+    hip = any(x in HIP_LANGUAGES for x in langs)
     h = hashlib.sha256()
     for s in sorted(sol["sources"], key=lambda s: s["path"]):
         h.update(s["path"].encode() + b"\0" + s["content"].encode() + b"\0")
-    opts = sol["spec"].get("compile_options") or {}
+    opts = spec.get("compile_options") or {}
     h.update(repr(sorted(opts.items())).encode())
-    digest = h.hexdigest()[:16]
-    name = "kg_ext_" + digest
+    name = "kg_ext_" + h.hexdigest()[:16]
     build_dir = os.path.join(cache_dir, name)
-    os.makedirs(build_dir, exist_ok=True)
-    srcs = [os.path.join(root, s["path"]) for s in sol["sources"]
-            if s["path"].endswith((".cu", ".cpp", ".cc", ".cxx", ".c"))]
+    suffixes = (".cu", ".cpp", ".cc", ".cxx", ".c") + ((".hip",) if hip else ())
+    srcs = [os.path.join(root, s["path"]) for s in sol["sources"] if s["path"].endswith(suffixes)]
+    rocm = _hip_build_env(spec, env) if hip else None
     cflags = opts.get("cflags")
-    cuda_cflags = opts.get("cuda_cflags")
     ldflags = opts.get("ld_flags")
-    mod = cpp_extension.load(
+    if hip:
+        device_flags = opts.get("hip_cflags")
+        device_flags = list(device_flags) if device_flags is not None else ["-O3"]
+        default_ld = []
+    else:
+        device_flags = opts.get("cuda_cflags")
+        device_flags = list(device_flags) if device_flags is not None else ["-O3", "--use_fast_math"]
+        default_ld = ["-lcuda"]
+    return dict(
         name=name,
         sources=srcs,
-        extra_cflags=list(cflags) if cflags is not None else ["-O3"],
-        extra_cuda_cflags=list(cuda_cflags) if cuda_cflags is not None else ["-O3", "--use_fast_math"],
-        extra_ldflags=list(ldflags) if ldflags is not None else ["-lcuda"],
+        extra_cflags=[_rebase_rocm_flag(f, rocm) for f in cflags] if cflags is not None else ["-O3"],
+        extra_cuda_cflags=device_flags,
+        extra_ldflags=[_rebase_rocm_flag(f, rocm) for f in ldflags] if ldflags is not None else default_ld,
         extra_include_paths=[root],
         build_directory=build_dir,
         verbose=False,
     )
-    return mod
+
+
+def _build_cpp(sol, root, cache_dir):
+    """Builds cuda_cpp/hip_cpp sources with torch.utils.cpp_extension.load (cpp_build_args)."""
+    from torch.utils import cpp_extension
+
+    args = cpp_build_args(sol, root, cache_dir)
+    os.makedirs(args["build_directory"], exist_ok=True)
+    return cpp_extension.load(**args)
 
 
 def op_load(req):
@@ -283,7 +349,7 @@ def op_load(req):
         _write_sources(sol, root)
         if root not in sys.path:
             sys.path.insert(0, root)
-        if any(x in ("cuda_cpp", "cpp", "cuda") for x in langs):
+        if any(x in ("cuda_cpp", "cpp", "cuda") + HIP_LANGUAGES for x in langs):
             mod = _build_cpp(sol, root, req["cache_dir"])
         else:
             path = os.path.join(root, file)

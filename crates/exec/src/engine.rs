@@ -20,7 +20,7 @@ use crate::sandbox::Sandbox;
 use crate::scripts;
 
 /// Languages a solution may declare.
-pub const SUPPORTED_LANGUAGES: [&str; 4] = ["pytorch", "python", "triton", "cuda_cpp"];
+pub const SUPPORTED_LANGUAGES: [&str; 5] = ["pytorch", "python", "triton", "cuda_cpp", "hip_cpp"];
 
 /// Which timing method to use on a GPU (`--timing`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -105,6 +105,8 @@ impl EvalOptions {
         match (&self.device, self.timing) {
             (DeviceChoice::Cpu, _) => TimingMethod::CpuWall,
             (_, TimingChoice::CudaGraph) => TimingMethod::CudaGraph,
+            // CUPTI is NVIDIA's; on ROCm the default is HIP events (unverified on AMD hardware).
+            (DeviceChoice::Rocm(_), TimingChoice::Default) => TimingMethod::DeviceEventSync,
             (_, TimingChoice::Default) => TimingMethod::Cupti,
             (_, TimingChoice::Events) => TimingMethod::DeviceEventSync,
         }
@@ -319,6 +321,24 @@ pub fn toolchain_check(
     }
 }
 
+/// The code paths an evaluation of `sol` on `device` takes that have never run on the hardware
+/// they target (recorded in each trace's `environment.unverified`).
+pub fn unverified_paths(device: &DeviceChoice, sol: &Solution) -> Vec<kg_contract::Unverified> {
+    let mut v = Vec::new();
+    if matches!(device, DeviceChoice::Rocm(_)) {
+        v.push(kg_contract::Unverified::HipEventTiming);
+        if sol
+            .spec
+            .languages
+            .iter()
+            .any(|l| l.eq_ignore_ascii_case("hip_cpp"))
+        {
+            v.push(kg_contract::Unverified::HipBuild);
+        }
+    }
+    v
+}
+
 /// Checks a solution's languages before anything runs.
 pub fn check_languages(sol: &Solution) -> Result<(), ExecError> {
     let bad = sol
@@ -330,14 +350,14 @@ pub fn check_languages(sol: &Solution) -> Result<(), ExecError> {
         .spec
         .languages
         .iter()
-        .any(|l| l.eq_ignore_ascii_case("cuda_cpp"))
+        .any(|l| l.eq_ignore_ascii_case("cuda_cpp") || l.eq_ignore_ascii_case("hip_cpp"))
         || matches!(sol.spec.binding.as_deref(), None | Some("torch"));
     if bad || !binding_ok {
         return Err(ExecError::UnsupportedLanguage {
             solution: sol.name.clone(),
             languages: sol.spec.languages.clone(),
             supported: format!(
-                "{} (cuda_cpp with binding `torch`)",
+                "{} (cuda_cpp and hip_cpp with binding `torch`)",
                 SUPPORTED_LANGUAGES.join(", ")
             ),
         });
@@ -1514,6 +1534,7 @@ impl Session {
             env.isolation = candidate
                 .as_ref()
                 .map(|c| c.isolation.clone().unwrap_or_default());
+            env.unverified = unverified_paths(&self.opts.device, sol);
             let trace = Trace {
                 definition: problem.definition.name.clone(),
                 solution: Some(sol.name.clone()),
@@ -3033,6 +3054,41 @@ mod tests {
             line.ends_with("beyond these and the timed loops 75.0 ms\n"),
             "{line}"
         );
+    }
+
+    #[test]
+    fn rocm_results_say_what_never_ran_on_amd_hardware() {
+        let sol = |lang: &str| -> Solution {
+            serde_json::from_value(json!({
+                "name": "s", "definition": "d", "author": "t",
+                "spec": {"languages": [lang], "target_hardware": ["gfx942"],
+                         "entry_point": "k.hip::run"},
+                "sources": [{"path": "k.hip", "content": ""}]
+            }))
+            .unwrap()
+        };
+        use kg_contract::Unverified::{HipBuild, HipEventTiming};
+        let rocm = DeviceChoice::Rocm(0);
+        assert_eq!(
+            unverified_paths(&rocm, &sol("hip_cpp")),
+            vec![HipEventTiming, HipBuild]
+        );
+        assert_eq!(
+            unverified_paths(&rocm, &sol("triton")),
+            vec![HipEventTiming]
+        );
+        assert!(unverified_paths(&DeviceChoice::Cuda(0), &sol("triton")).is_empty());
+        assert!(unverified_paths(&DeviceChoice::Cpu, &sol("hip_cpp")).is_empty());
+        // CUPTI is NVIDIA's: ROCm's default timing is HIP events.
+        assert_eq!(
+            EvalOptions::new(rocm).timing_method(),
+            TimingMethod::DeviceEventSync
+        );
+        assert_eq!(
+            EvalOptions::new(DeviceChoice::Cuda(0)).timing_method(),
+            TimingMethod::Cupti
+        );
+        assert!(check_languages(&sol("hip_cpp")).is_ok());
     }
 
     #[test]

@@ -14,6 +14,8 @@ use crate::device::DeviceChoice;
 /// Languages whose sources are built by `torch.utils.cpp_extension` (nvcc, ninja, a C++
 /// compiler).
 const CPP_LANGUAGES: [&str; 3] = ["cuda_cpp", "cuda", "cpp"];
+/// Languages built by torch's ROCm extension build with `hipcc` (the ROCm port's `hip_cpp`).
+const HIP_LANGUAGES: [&str; 1] = ["hip_cpp"];
 
 /// What a solution needs that this host or device lacks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +37,14 @@ pub fn missing_for(
     python: &Path,
     env: &dyn Fn(&str) -> Option<std::ffi::OsString>,
 ) -> Option<Missing> {
+    if let Some(language) = sol
+        .spec
+        .languages
+        .iter()
+        .find(|l| HIP_LANGUAGES.contains(&l.to_lowercase().as_str()))
+    {
+        return missing_for_hip(language, device, python, env);
+    }
     let language = sol
         .spec
         .languages
@@ -87,6 +97,61 @@ pub fn missing_for(
         return miss(
             "a C++ compiler (CXX, or c++/g++/clang++ on PATH)",
             "install one (e.g. g++), or set CXX",
+        );
+    }
+    None
+}
+
+/// [`missing_for`] of a `hip_cpp` solution: an AMD GPU, `hipcc` (found as the ROCm port
+/// finds it: `ROCM_PATH/bin`, PATH, `/opt/rocm/bin`) and ninja.
+fn missing_for_hip(
+    language: &str,
+    device: &DeviceChoice,
+    python: &Path,
+    env: &dyn Fn(&str) -> Option<std::ffi::OsString>,
+) -> Option<Missing> {
+    let miss = |missing: &str, fix: String| {
+        Some(Missing {
+            language: language.to_string(),
+            missing: missing.to_string(),
+            fix,
+        })
+    };
+    match device {
+        DeviceChoice::Cpu => {
+            return miss(
+                "an AMD GPU (HIP C++ kernels do not run on the CPU)",
+                "run it with --device rocm:N on a machine with ROCm".into(),
+            );
+        }
+        DeviceChoice::Cuda(_) => {
+            return miss(
+                "an AMD GPU with ROCm (HIP C++ is built by torch's ROCm extension build; this device is NVIDIA's)",
+                "run it with --device rocm:N on a machine with ROCm, or port it to cuda_cpp".into(),
+            );
+        }
+        DeviceChoice::Rocm(_) => {}
+    }
+    let path = build_path(python, env("PATH"));
+    let in_root = env("ROCM_PATH")
+        .map(|r| PathBuf::from(r).join("bin").join("hipcc"))
+        .filter(|p| p.is_file());
+    let hipcc = in_root
+        .or_else(|| which("hipcc", &path))
+        .or_else(|| Some(PathBuf::from("/opt/rocm/bin/hipcc")).filter(|p| p.is_file()));
+    if hipcc.is_none() {
+        return miss(
+            "hipcc (no ROCM_PATH with bin/hipcc, no hipcc on PATH, no /opt/rocm)",
+            "install ROCm, or set ROCM_PATH to it".into(),
+        );
+    }
+    if which("ninja", &path).is_none() {
+        return miss(
+            "ninja (torch.utils.cpp_extension builds with it)",
+            format!(
+                "`{} -m pip install ninja`, or put ninja on PATH",
+                python.display()
+            ),
         );
     }
     None
@@ -237,6 +302,28 @@ mod tests {
         let h = host(&["nvcc", "ninja"], false, false);
         let m = check(&h, "cuda_cpp", DeviceChoice::Cuda(0)).expect("no compiler");
         assert!(m.missing.starts_with("a C++ compiler"), "{m:?}");
+    }
+
+    #[test]
+    fn hip_cpp_needs_an_amd_gpu_and_hipcc() {
+        let h = host(&["ninja"], false, false);
+        let m = check(&h, "hip_cpp", DeviceChoice::Cpu).expect("the CPU refuses it");
+        assert!(m.missing.contains("AMD GPU"), "{m:?}");
+        let m = check(&h, "hip_cpp", DeviceChoice::Cuda(0)).expect("an NVIDIA device refuses it");
+        assert!(m.missing.contains("NVIDIA"), "{m:?}");
+        if !Path::new("/opt/rocm/bin/hipcc").is_file() {
+            let m = check(&h, "hip_cpp", DeviceChoice::Rocm(0)).expect("no hipcc");
+            assert!(m.missing.starts_with("hipcc"), "{m:?}");
+        }
+        // A ROCm root named by ROCM_PATH, with ninja on PATH: nothing missing.
+        let mut h = host(&["ninja"], false, false);
+        let rocm = h.python.parent().unwrap().parent().unwrap().join("rocm");
+        std::fs::create_dir_all(rocm.join("bin")).unwrap();
+        exe(&rocm.join("bin"), "hipcc");
+        h.env.insert("ROCM_PATH".into(), rocm.into_os_string());
+        assert_eq!(check(&h, "hip_cpp", DeviceChoice::Rocm(0)), None);
+        // cuda_cpp on ROCm is hipified by torch: not refused here.
+        assert_eq!(check(&h, "cuda_cpp", DeviceChoice::Rocm(0)), None);
     }
 
     #[test]
