@@ -30,12 +30,16 @@ const EXIT_TOP: &str = "Exit codes (each subcommand's --help has its own):
   0    success: everything passed / verified
   1    the command ran and something did not pass, verify or load
   2    bad input or an unusable environment (the message names the file, field or missing piece)
+  3    no verdict: kernelgate's own plumbing failed twice on one workload (a harness fault);
+       that workload has no trace and no kernel is blamed
   130  interrupted by Ctrl-C/SIGTERM (evaluate, run): every worker killed first";
 const EXIT_EVALUATE: &str = "Exit codes:
   0    every workload PASSED
   1    a workload did not pass
   2    bad input or an unusable environment (unsupported language, missing toolchain, no torch,
        a file that does not load): nothing was evaluated
+  3    no verdict: kernelgate's own plumbing failed twice on one workload (a harness fault);
+       that workload has no trace and no kernel is blamed
   130  interrupted by Ctrl-C/SIGTERM: every worker killed, then the finished workloads' traces
        written";
 const EXIT_RUN: &str = "Exit codes:
@@ -44,6 +48,8 @@ const EXIT_RUN: &str = "Exit codes:
   1    a workload did not pass, or a problem failed to load
   2    bad input or an unusable environment, a --filter that matches nothing, or every selected
        solution refused (nothing could run here): nothing was evaluated
+  3    no verdict: kernelgate's own plumbing failed twice on one workload (a harness fault);
+       that workload has no trace and no kernel is blamed
   130  interrupted by Ctrl-C/SIGTERM: every worker killed, finished traces written
 
 On the CPU, Triton runs through its interpreter (hundreds of ns per element per call):
@@ -289,7 +295,7 @@ fn from_exec(e: ExecError) -> Failure {
             error: anyhow!("cancelled; every worker process was killed"),
         },
         e @ ExecError::HarnessFault { .. } => Failure {
-            code: kg_contract::exit::HARNESS,
+            code: kg_contract::exit::NO_VERDICT,
             error: e.into(),
         },
         other => usage(other),
