@@ -2494,22 +2494,9 @@ impl Session {
             "op": "time", "iterations": self.opts.iterations.max(1),
             "method": method_name, "budget_s": budget, "spin_us": spin_us,
         });
-        // On the CPU the candidate's CPU time bounds what it can have computed: where its whole
-        // process tree is confined to a PID namespace (nothing it runs escapes the count),
-        // that time, and not the wall time a loaded machine stretches, is what its reported
-        // time is held to (`dual_clock_after_reference`).
-        let count_cpu = self.opts.device.is_cpu()
-            && cand.isolation.as_ref().is_some_and(|i| {
-                i.sandboxed
-                    && !i
-                        .missing()
-                        .contains(&kg_contract::isolation::Layer::PidNamespace)
-            });
-        let cpu0 = if count_cpu { cand.cpu_ms() } else { None };
         let t0 = Instant::now();
         let tr = self.candidate_call_with(cand, &treq, deadline, &mut |a| keys.answer(a))?;
         let mut outside_ms = t0.elapsed().as_secs_f64() * 1e3;
-        let cpu_ms = cpu0.and_then(|c0| cand.cpu_ms().map(|c1| (c1 - c0).max(0.0)));
         if self.inject("dual-clock") {
             outside_ms += 60_000.0;
         }
@@ -2625,9 +2612,6 @@ impl Session {
         let mut tr = tr;
         if let Some(o) = tr.as_object_mut() {
             o.insert("outside_ms".into(), json!(outside_ms));
-            if let Some(c) = cpu_ms {
-                o.insert("cpu_ms".into(), json!(c));
-            }
             o.insert("dual_clock".into(), dual);
             o.insert("handover".into(), json!(handover));
             o.insert("spin_us".into(), json!(spin_us));
@@ -2771,13 +2755,7 @@ fn dual_clock_after_reference(
     let d = tr.get("dual_clock")?;
     let f = |k: &str| d.get(k).and_then(Value::as_f64);
     let (reported, extra) = (f("reported_ms")?, f("extra_ms")?);
-    let wall = tr.get("outside_ms").and_then(Value::as_f64)?;
-    // The candidate's CPU time where it was counted (a CPU run, its tree in a PID namespace):
-    // it cannot have computed for longer than it ran, whatever the load stretched the wall to.
-    let outside = match tr.get("cpu_ms").and_then(Value::as_f64) {
-        Some(cpu) => wall.min(cpu),
-        None => wall,
-    };
+    let outside = tr.get("outside_ms").and_then(Value::as_f64)?;
     let calls = d.get("calls").and_then(Value::as_u64)? as usize;
     let ref_unexplained = rr
         .get("batch_wall_ms")
@@ -3089,23 +3067,6 @@ mod tests {
             TimingMethod::Cupti
         );
         assert!(check_languages(&sol("hip_cpp")).is_ok());
-    }
-
-    #[test]
-    fn dual_clock_holds_a_cpu_run_to_the_candidates_cpu_time() {
-        // An honest kernel on a loaded machine: 256 ms reported, 584 ms of wall time, but its
-        // processes ran for only 300 ms of CPU time.
-        let loaded = json!({"outside_ms": 584.0, "cpu_ms": 300.0,
-                            "dual_clock": {"reported_ms": 256.0, "calls": 22, "extra_ms": 0.0}});
-        assert!(dual_clock_after_reference(&loaded, &json!({}), 0.0, false).is_none());
-        // The same without the CPU count is what used to be called a forged timer.
-        let mut wall_only = loaded.clone();
-        wall_only.as_object_mut().unwrap().remove("cpu_ms");
-        assert!(dual_clock_after_reference(&wall_only, &json!({}), 0.0, false).is_some());
-        // A forger computes for the time it hides: its CPU time is as long as the wall.
-        let forged = json!({"outside_ms": 584.0, "cpu_ms": 570.0,
-                            "dual_clock": {"reported_ms": 60.0, "calls": 22, "extra_ms": 0.0}});
-        assert!(dual_clock_after_reference(&forged, &json!({}), 0.0, false).is_some());
     }
 
     #[test]

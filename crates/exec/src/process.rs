@@ -186,33 +186,6 @@ fn proc_table() -> Vec<(u32, u32)> {
     out
 }
 
-/// CPU time (ms) used so far by `root` and every process descended from it, with the children
-/// each has reaped: utime + stime + cutime + cstime from `/proc/<pid>/stat`, in the kernel's
-/// 100 Hz `USER_HZ` ticks (10 ms resolution). `None` when `root` cannot be read.
-pub fn tree_cpu_ms(root: u32) -> Option<f64> {
-    let table = proc_table();
-    let mut ticks = stat_cpu_ticks(root)?;
-    for pid in descendants_in(root, &table) {
-        // A process that exited between the scan and the read is counted by its reaper.
-        ticks += stat_cpu_ticks(pid).unwrap_or(0);
-    }
-    // USER_HZ is 100 in the kernel's ABI on every architecture Linux exports it for.
-    Some(ticks as f64 * 10.0)
-}
-
-/// utime + stime + cutime + cstime of one process (fields 14-17 of its stat line).
-fn stat_cpu_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after `(comm)` start at field 3 (the state); 14..=17 are the times.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let mut sum = 0u64;
-    for i in 11..15 {
-        sum += f.get(i)?.parse::<u64>().ok()?;
-    }
-    Some(sum)
-}
-
 /// Every process descended from `root` (not `root` itself), by the parent links in `table`.
 pub fn descendants_in(root: u32, table: &[(u32, u32)]) -> Vec<u32> {
     let mut out = Vec::new();
@@ -646,11 +619,6 @@ impl Worker {
         self.pid
     }
 
-    /// CPU time (ms) this worker and its descendants have used so far ([`tree_cpu_ms`]).
-    pub fn cpu_ms(&self) -> Option<f64> {
-        tree_cpu_ms(self.pid)
-    }
-
     /// The tag that names this worker's processes (unique per spawn in this process).
     pub fn tag(&self) -> &str {
         &self.tag
@@ -1026,25 +994,6 @@ mod tests {
             .map(|s| !s.contains(") Z "))
             .unwrap_or(false);
         assert!(!alive, "grandchild {pid} survived the group kill");
-    }
-
-    #[test]
-    fn tree_cpu_time_counts_a_busy_child() {
-        let me = std::process::id();
-        let before = tree_cpu_ms(me).expect("own stat readable");
-        let mut child = std::process::Command::new("sh")
-            .args([
-                "-c",
-                "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; sleep 5",
-            ])
-            .spawn()
-            .unwrap();
-        // The child is still alive (sleeping) after its busy loop: its time counts as ours.
-        std::thread::sleep(std::time::Duration::from_millis(1500));
-        let during = tree_cpu_ms(me).expect("own stat readable");
-        let _ = child.kill();
-        let _ = child.wait();
-        assert!(during - before >= 50.0, "{before} -> {during}");
     }
 
     #[test]
