@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use kg_contract::exit;
 use kg_heldout::generate::{self, Backend};
 use kg_heldout::summary::DeviceMode;
-use kg_heldout::{HeldoutError, agent, eval, task};
+use kg_heldout::{HeldoutError, agent, eval, speedup, task};
 use serde::Serialize;
 
 /// Exit code of `eval` when no usable device: refused before any task ran, or lost during the
@@ -135,6 +135,14 @@ struct EvalArgs {
     /// Where the tasks run.
     #[arg(long, value_enum, default_value = "gpu")]
     device: DeviceArg,
+    /// Runs of each side's performance commands, interleaved orig, opt, orig, opt, … (3 to 50);
+    /// the speedup is their Hodges–Lehmann median with a Mann–Whitney interval.
+    #[arg(long, default_value_t = speedup::DEFAULT_REPEATS)]
+    perf_repeats: usize,
+    /// Confidence of the speedup interval; a gain or loss is called only when the interval
+    /// excludes 1.0.
+    #[arg(long, default_value_t = speedup::DEFAULT_CONFIDENCE)]
+    perf_confidence: f64,
     /// Print the results and the summary as one JSON document on stdout instead of lines.
     #[arg(long)]
     json: bool,
@@ -390,6 +398,8 @@ fn run_eval(a: EvalArgs) -> Result<i32, Failure> {
             DeviceArg::Gpu => DeviceMode::Gpu,
             DeviceArg::Cpu => DeviceMode::Cpu,
         },
+        perf_repeats: a.perf_repeats,
+        perf_confidence: a.perf_confidence,
     })
     .map_err(|e| match e {
         e @ HeldoutError::DeviceUnusable { .. } => Failure {
@@ -404,11 +414,14 @@ fn run_eval(a: EvalArgs) -> Result<i32, Failure> {
     } else {
         for r in &outcome.results {
             println!(
-                "{:<16} {:<48} {} (original run {:>7.3}x){}",
+                "{:<16} {:<48} {} (original run {:>7.3}x{}){}",
                 r.generalization_status,
                 r.task_name,
                 eval::speedup_text(r),
                 r.original_run_speedup_ratio,
+                eval::retention_text(r)
+                    .map(|t| format!("; {t}"))
+                    .unwrap_or_default(),
                 r.error
                     .as_deref()
                     .and_then(|e| e.lines().next())
@@ -430,6 +443,16 @@ fn run_eval(a: EvalArgs) -> Result<i32, Failure> {
             println!(
                 "{} of them carried over from an earlier evaluation (--tasks re-run)",
                 s.carried_over.len()
+            );
+        }
+        let calls = &s.speedup_calls;
+        let n = |k: &str| calls.get(k).copied().unwrap_or(0);
+        if n("gain") + n("loss") + n("not_called") > 0 {
+            println!(
+                "held-out speedup calls: gain {}  loss {}  not called (interval contains 1) {}",
+                n("gain"),
+                n("loss"),
+                n("not_called")
             );
         }
         if s.both_pass_without_timing > 0 {

@@ -365,6 +365,12 @@ echo "$2 pass"
     assert_eq!(fail["exit_code"], Value::Null, "{a}");
     assert_eq!(fail["timed_out"], false, "{a}");
     assert_eq!(a["orig_failure"], Value::Null, "{a}");
+    // Nothing to compare the original with: it is timed once, not `--perf-repeats` times.
+    assert_eq!(a["perf_repeats"], 1, "{a}");
+    assert_eq!(a["perf_runs"].as_array().map(Vec::len), Some(1), "{a}");
+    assert_eq!(a["perf_runs"][0]["side"], "orig", "{a}");
+    assert_eq!(a["speedup_interval"], Value::Null, "{a}");
+    assert_eq!(a["speedup_call"], Value::Null, "{a}");
     let log = std::fs::read_to_string(
         f.out_dir()
             .join(ws_name("kg_a"))
@@ -568,4 +574,291 @@ fn unreadable_kept_entry_stops_the_rerun_and_stale_directories_are_named() {
         )),
         "{all}"
     );
+}
+
+/// `scripts/fake.sh` for a task named `name` whose correctness passes and whose performance
+/// command prints the next of its side's times (cycling) as `Performance: X ms`, appending the
+/// side to `$STATE/perf_order_<name>` so a test sees the order the runs happened in.
+fn timed(name: &str, orig: &[f64], opt: &[f64]) -> String {
+    let list = |t: &[f64]| t.iter().map(f64::to_string).collect::<Vec<_>>().join(" ");
+    format!(
+        r#"case "$2" in
+  performance)
+    order="$STATE/perf_order_{name}"
+    echo "$1" >> "$order"
+    n=$(grep -cx "$1" "$order")
+    if [ "$1" = orig ]; then times=({orig}); else times=({opt}); fi
+    echo "Performance: ${{times[$(( (n - 1) % ${{#times[@]}} ))]}} ms"
+    ;;
+  *) echo "$2 pass" ;;
+esac
+"#,
+        orig = list(orig),
+        opt = list(opt)
+    )
+}
+
+impl Fixture {
+    /// The sides in the order the fake's performance command ran for task `name`.
+    fn perf_order(&self, name: &str) -> Vec<String> {
+        let p = self.state.join(format!("perf_order_{name}"));
+        std::fs::read_to_string(&p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Sets the original run's speedup in the task's `task_result.yaml`.
+    fn set_original_speedup(&self, name: &str, speedup: f64) {
+        let p = self.run.join(ws_name(name)).join("task_result.yaml");
+        let text = std::fs::read_to_string(&p)
+            .unwrap()
+            .replace("speedup_ratio: 1.5", &format!("speedup_ratio: {speedup}"));
+        std::fs::write(p, text).unwrap();
+    }
+}
+
+fn f64_of(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+/// Issue 23 item 6: the performance commands run interleaved, orig, opt, orig, opt, …, as
+/// many times as `--perf-repeats` says, and the result records that order with each run's
+/// time and logs.
+#[test]
+fn perf_runs_interleave_abab_and_the_order_is_recorded() {
+    let f = Fixture::new(true);
+    f.add_task(
+        "kg_a",
+        &timed("kg_a", &[2.0, 2.1, 1.9, 2.05], &[1.0, 1.02, 0.98, 1.01]),
+    );
+    let o = f.eval(&["--perf-repeats", "4"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let abab: Vec<&str> = ["orig", "opt"].repeat(4);
+    assert_eq!(f.perf_order("kg_a"), abab, "the commands ran in this order");
+    let a = f.result("kg_a");
+    assert_eq!(a["perf_repeats"], 4, "{a}");
+    let runs = a["perf_runs"].as_array().unwrap_or_else(|| panic!("{a}"));
+    let recorded: Vec<(&str, u64)> = runs
+        .iter()
+        .map(|r| (r["side"].as_str().unwrap(), r["repeat"].as_u64().unwrap()))
+        .collect();
+    let expected: Vec<(&str, u64)> = (1..=4).flat_map(|i| [("orig", i), ("opt", i)]).collect();
+    assert_eq!(recorded, expected, "{a}");
+    // Each record is the run it names: its time, and a log that holds the command's output.
+    assert_eq!(f64_of(&runs[2]["mean_time_ms"]), 2.1, "{a}");
+    assert_eq!(f64_of(&runs[5]["mean_time_ms"]), 0.98, "{a}");
+    let out_ws = f.out_dir().join(ws_name("kg_a"));
+    for r in runs {
+        let log = r["logs"][0].as_str().unwrap();
+        let text = std::fs::read_to_string(out_ws.join(log)).unwrap();
+        let ms = f64_of(&r["mean_time_ms"]);
+        assert!(
+            text.contains(&format!("Performance: {ms} ms")),
+            "{log}: {text}"
+        );
+    }
+    assert_eq!(a["speedup_interval"]["orig_runs"], 4, "{a}");
+    assert_eq!(a["speedup_interval"]["opt_runs"], 4, "{a}");
+    // The default is 5 runs a side; fewer than 3 is refused before anything runs.
+    let g = Fixture::new(true);
+    g.add_task("kg_a", &timed("kg_a", &[2.0], &[1.0]));
+    let o = g.eval(&["--perf-repeats", "2"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("--perf-repeats 2"), "{}", text(&o));
+    assert!(!g.out_dir().exists(), "refused, so nothing is written");
+    let o = g.eval(&[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(g.perf_order("kg_a"), ["orig", "opt"].repeat(5));
+}
+
+/// Issue 23 item 6: optimised code identical to the original, with run-to-run noise and one
+/// slow first run (the 1.60x `triton_temperature` read on the H200 came from one run a side),
+/// reads 1.00 with 1.0 inside its interval, and no gain or loss is called.
+#[test]
+fn identical_code_with_noise_reads_one_within_its_interval() {
+    let f = Fixture::new(true);
+    // The same kernel: the same spread of times on both sides, the original's first run cold.
+    f.add_task(
+        "kg_same",
+        &timed(
+            "kg_same",
+            &[1.6, 1.0, 1.01, 0.99, 1.0],
+            &[1.0, 0.995, 1.005, 1.0, 1.01],
+        ),
+    );
+    f.set_original_speedup("kg_same", 1.0);
+    let o = f.eval(&[]);
+    let all = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{all}");
+    let a = f.result("kg_same");
+    assert_eq!(a["speedup_status"], "measured", "{a}");
+    let s = f64_of(&a["speedup_ratio"]);
+    assert_eq!(format!("{s:.2}"), "1.00", "{a}");
+    let i = &a["speedup_interval"];
+    assert!(f64_of(&i["low"]) <= 1.0 && f64_of(&i["high"]) >= 1.0, "{a}");
+    assert!(f64_of(&i["confidence"]) >= 0.95, "{a}");
+    assert_eq!(i["method"], "hodges_lehmann_mann_whitney", "{a}");
+    assert_eq!(a["speedup_call"], "not_called", "{a}");
+    // The original run read 1.0 too: the retention is not called either.
+    assert_eq!(a["retention_call"], "not_called", "{a}");
+    let line = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .find(|l| l.contains("kg_same"))
+        .unwrap_or_else(|| panic!("{all}"))
+        .to_string();
+    assert!(line.contains("speedup 1.00"), "{line}");
+    assert!(line.contains("not called"), "{line}");
+    assert!(!line.contains("gain") && !line.contains("loss"), "{line}");
+    // Exactly identical timings read exactly 1.0, interval [1, 1].
+    let g = Fixture::new(true);
+    g.add_task("kg_exact", &timed("kg_exact", &[1.25], &[1.25]));
+    let o = g.eval(&[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let b = g.result("kg_exact");
+    assert_eq!(f64_of(&b["speedup_ratio"]), 1.0, "{b}");
+    assert_eq!(f64_of(&b["speedup_interval"]["low"]), 1.0, "{b}");
+    assert_eq!(f64_of(&b["speedup_interval"]["high"]), 1.0, "{b}");
+    assert_eq!(b["speedup_call"], "not_called", "{b}");
+}
+
+/// Issue 23 item 6: a real 2x difference under noise is called a gain; a noisy difference
+/// whose interval straddles 1.0 is called neither gain nor loss; the summary counts both.
+#[test]
+fn a_real_difference_is_called_and_a_straddling_one_is_not() {
+    let f = Fixture::new(true);
+    f.add_task(
+        "kg_fast",
+        &timed(
+            "kg_fast",
+            &[2.0, 2.04, 1.97, 2.02, 1.99],
+            &[1.0, 1.01, 0.99, 1.02, 0.98],
+        ),
+    );
+    // About 10 % faster by the medians, but the runs spread ±25 %.
+    f.add_task(
+        "kg_noisy",
+        &timed(
+            "kg_noisy",
+            &[1.1, 1.4, 0.85, 1.3, 0.9],
+            &[1.0, 0.8, 1.3, 0.95, 1.15],
+        ),
+    );
+    f.add_task(
+        "kg_slow",
+        &timed(
+            "kg_slow",
+            &[1.0, 1.01, 0.99, 1.02, 0.98],
+            &[2.0, 2.04, 1.97, 2.02, 1.99],
+        ),
+    );
+    let o = f.eval(&[]);
+    let all = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{all}");
+    let fast = f.result("kg_fast");
+    let s = f64_of(&fast["speedup_ratio"]);
+    assert!((s - 2.0).abs() < 0.05, "{fast}");
+    assert!(f64_of(&fast["speedup_interval"]["low"]) > 1.0, "{fast}");
+    assert_eq!(fast["speedup_call"], "gain", "{fast}");
+    // The original run read 1.5; held-out ~2.0 with an interval above 1.5.
+    assert_eq!(fast["retention_call"], "higher", "{fast}");
+    let noisy = f.result("kg_noisy");
+    let i = &noisy["speedup_interval"];
+    assert!(
+        f64_of(&i["low"]) < 1.0 && f64_of(&i["high"]) > 1.0,
+        "the fixture's interval must straddle 1.0: {noisy}"
+    );
+    assert!(f64_of(&noisy["speedup_ratio"]) > 1.0, "{noisy}");
+    assert_eq!(noisy["speedup_call"], "not_called", "{noisy}");
+    // Its interval, over the original run's 1.5, lies below 1: the speedup was not retained.
+    assert_eq!(noisy["retention_call"], "lower", "{noisy}");
+    let slow = f.result("kg_slow");
+    assert!(f64_of(&slow["speedup_interval"]["high"]) < 1.0, "{slow}");
+    assert_eq!(slow["speedup_call"], "loss", "{slow}");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let line = |name: &str| {
+        stdout
+            .lines()
+            .find(|l| l.contains(name))
+            .unwrap_or_else(|| panic!("{all}"))
+            .to_string()
+    };
+    assert!(line("kg_fast").contains(": gain)"), "{}", line("kg_fast"));
+    assert!(
+        line("kg_noisy").contains("not called"),
+        "{}",
+        line("kg_noisy")
+    );
+    assert!(line("kg_slow").contains(": loss)"), "{}", line("kg_slow"));
+    let s = f.summary();
+    assert_eq!(
+        s["speedup_calls"],
+        serde_json::json!({"gain": 1, "loss": 1, "not_called": 1}),
+        "{s}"
+    );
+    assert_eq!(s["per_task"][1]["speedup_call"], "not_called", "{s}");
+    assert!(
+        stdout.contains("gain 1  loss 1  not called (interval contains 1) 1"),
+        "{all}"
+    );
+}
+
+/// Issue 23 item 6: `held_out_tests/` is kept out of Git, as AgentKernelArena keeps it: the
+/// directory `generate` writes ignores itself, so a repository around it shows nothing new.
+#[test]
+fn generate_keeps_its_output_out_of_git() {
+    let f = Fixture::new(true);
+    f.add_task("kg_a", PASSES);
+    let repo = f.root.join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    let git = |args: &[&str]| {
+        let o = Command::new("git")
+            .args(args)
+            .current_dir(&repo)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", &f.root)
+            .env_remove("GIT_DIR")
+            .env_remove("GIT_WORK_TREE")
+            .env_remove("GIT_INDEX_FILE")
+            .output()
+            .unwrap_or_else(|e| panic!("this test needs `git` on PATH: {e}"));
+        assert!(o.status.success(), "git {args:?}: {}", text(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    git(&["init", "-q"]);
+    let out = repo.join("held_out_tests");
+    let o = Command::new(env!("CARGO_BIN_EXE_kg-heldout"))
+        .arg("generate")
+        .arg("--tasks-dir")
+        .arg(&f.tasks)
+        .arg("--output-dir")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let shapes = out.join("triton2triton/vllm/kg_a/held_out_shapes.yaml");
+    assert!(shapes.is_file(), "{}", text(&o));
+    assert_eq!(
+        git(&["status", "--porcelain", "--untracked-files=all"]),
+        "",
+        "held-out files must not show as untracked"
+    );
+    git(&[
+        "check-ignore",
+        "-q",
+        "held_out_tests/triton2triton/vllm/kg_a/held_out_shapes.yaml",
+    ]);
+    // A second run leaves the ignore file as it is.
+    let before = std::fs::read(out.join(".gitignore")).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_kg-heldout"))
+        .arg("generate")
+        .arg("--tasks-dir")
+        .arg(&f.tasks)
+        .arg("--output-dir")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(before, std::fs::read(out.join(".gitignore")).unwrap());
 }

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use kg_heldout::summary::{
-    DeviceMode, ErrorKind, HeldoutSummary, HeldoutTaskResult, SpeedupStatus,
+    DeviceMode, ErrorKind, HeldoutSummary, HeldoutTaskResult, PerfSide, SpeedupStatus,
 };
 
 fn workspace() -> PathBuf {
@@ -152,6 +152,7 @@ fn check_torch2hip(ws: &Path) {
         assert_eq!(src.matches("# alignment-stress:").count(), 2, "{f}");
     }
     assert!(!ws.join("logs/orig_compile_0.log").exists());
+    // The baseline's first run decides whether the original side is correct.
     let base = std::fs::read_to_string(ws.join("logs/orig_baseline_0.log")).unwrap();
     let first = base.lines().next().unwrap();
     assert!(first.ends_with(" --baseline_only"), "{first}");
@@ -160,24 +161,74 @@ fn check_torch2hip(ws: &Path) {
         cwd.starts_with("# cwd: ") && cwd.ends_with("/opt"),
         "the baseline runs in opt/: {cwd}"
     );
-    let opt = std::fs::read_to_string(ws.join("logs/opt_performance_0.log")).unwrap();
-    let (ori, opt) = (logged_times(&base, false), logged_times(&opt, true));
-    assert_eq!(ori.len(), 8, "{base}");
-    assert_eq!(opt.len(), 8);
-    let expected = ori
+    // The timed runs, interleaved: baseline, kernel, baseline, kernel, …
+    let order: Vec<(PerfSide, usize, &str)> = r
+        .perf_runs
         .iter()
-        .map(|(shape, t)| {
-            let o = opt.iter().find(|(s, _)| s == shape).unwrap().1;
-            t / o
+        .map(|p| (p.side, p.repeat, p.logs[0].as_str()))
+        .collect();
+    let expected: Vec<(PerfSide, usize, String)> = (1..=REPEATS)
+        .flat_map(|i| {
+            [
+                (
+                    PerfSide::Orig,
+                    i,
+                    format!("logs/orig_baseline_rep{i}_0.log"),
+                ),
+                (
+                    PerfSide::Opt,
+                    i,
+                    format!("logs/opt_performance_rep{i}_0.log"),
+                ),
+            ]
         })
-        .sum::<f64>()
-        / 8.0;
+        .collect();
+    assert_eq!(
+        order,
+        expected
+            .iter()
+            .map(|(s, i, l)| (*s, *i, l.as_str()))
+            .collect::<Vec<_>>()
+    );
+    // Every (baseline run, kernel run) pair's speedup is the mean over shapes of ori_time ÷
+    // opt_time; the held-out speedup is their median, inside its interval.
+    let read = |rel: &str| std::fs::read_to_string(ws.join(rel)).unwrap();
+    let mut cross = Vec::new();
+    for i in 1..=REPEATS {
+        let base = read(&format!("logs/orig_baseline_rep{i}_0.log"));
+        assert!(base.lines().next().unwrap().ends_with(" --baseline_only"));
+        let ori = logged_times(&base, false);
+        assert_eq!(ori.len(), 8, "{base}");
+        for j in 1..=REPEATS {
+            let opt = logged_times(&read(&format!("logs/opt_performance_rep{j}_0.log")), true);
+            assert_eq!(opt.len(), 8);
+            let s = ori
+                .iter()
+                .map(|(shape, t)| t / opt.iter().find(|(s, _)| s == shape).unwrap().1)
+                .sum::<f64>()
+                / 8.0;
+            cross.push(s);
+        }
+    }
+    cross.sort_by(f64::total_cmp);
+    let expected = cross[cross.len() / 2];
     assert!(
         (r.speedup_ratio - expected).abs() <= 1e-9 * expected,
-        "speedup {} != mean baseline ori_time / opt_time {expected}",
-        r.speedup_ratio
+        "speedup {} != the median of the {} cross-run speedups {expected}",
+        r.speedup_ratio,
+        cross.len()
     );
+    let i = r.speedup_interval.as_ref().unwrap();
+    assert_eq!((i.orig_runs, i.opt_runs), (REPEATS, REPEATS));
+    assert!(
+        i.low <= r.speedup_ratio + 1e-4 && r.speedup_ratio <= i.high + 1e-4,
+        "{i:?}"
+    );
+    assert!(r.speedup_call.is_some());
 }
+
+/// Runs a side, interleaved, in the end-to-end run (the fewest allowed, to keep it short).
+const REPEATS: usize = 3;
 
 fn kg(args: &[&str], py: &Path, cwd: &Path) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_kg-heldout"))
@@ -257,6 +308,8 @@ fn generate_then_eval_on_cpu_fixtures() {
             "300",
             "--device",
             "cpu",
+            "--perf-repeats",
+            &REPEATS.to_string(),
         ],
         &py,
         tmp.path(),

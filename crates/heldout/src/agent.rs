@@ -69,6 +69,7 @@ pub fn run_agent(
         backend: backend.name().into(),
         program: prog.into(),
     })?;
+    crate::generate::ensure_git_ignored(output_dir)?;
     let out_path = crate::generate::shapes_path(output_dir, &task.id);
     let out_parent = out_path.parent().unwrap_or(output_dir).to_path_buf();
     std::fs::create_dir_all(&out_parent).map_err(io_err(&out_parent))?;

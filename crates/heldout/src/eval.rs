@@ -16,9 +16,10 @@ use crate::error::{HeldoutError, io_err};
 use crate::perf::{self, PerfCase};
 use crate::runner::{self, CommandOutcome, CommandSpec};
 use crate::shapes_file::{self, HeldOutShapes};
+use crate::speedup;
 use crate::summary::{
     self, DeviceInfo, DeviceMode, ERROR_STATUS, ErrorKind, HeldoutSummary, HeldoutTaskResult,
-    SideFailure, SpeedupStatus,
+    PerfRunRecord, PerfSide, SideFailure, SpeedupStatus,
 };
 use crate::task::TaskConfig;
 
@@ -46,6 +47,11 @@ pub struct EvalOptions {
     pub env: Vec<(String, String)>,
     /// GPU (probed before and during the run) or CPU (tasks known to run there; not probed).
     pub device: DeviceMode,
+    /// Runs of each side's performance commands, interleaved orig, opt, orig, opt, …
+    /// ([`speedup::MIN_REPEATS`]..=[`speedup::MAX_REPEATS`]).
+    pub perf_repeats: usize,
+    /// Confidence of the speedup interval, in (0.5, 1).
+    pub perf_confidence: f64,
 }
 
 /// What an evaluation produced.
@@ -145,6 +151,21 @@ pub fn evaluate(opts: &EvalOptions) -> Result<EvalOutcome, HeldoutError> {
         std::fs::canonicalize(&opts.heldout_dir).map_err(io_err(&opts.heldout_dir))?;
     let tasks_dir = std::fs::canonicalize(&opts.tasks_dir).map_err(io_err(&opts.tasks_dir))?;
     let output_dir = output_dir_for(&run_dir, &opts.output_suffix)?;
+    if !(speedup::MIN_REPEATS..=speedup::MAX_REPEATS).contains(&opts.perf_repeats) {
+        return Err(HeldoutError::Usage(format!(
+            "--perf-repeats {} must be from {} to {}: fewer than {} runs a side give no interval worth calling",
+            opts.perf_repeats,
+            speedup::MIN_REPEATS,
+            speedup::MAX_REPEATS,
+            speedup::MIN_REPEATS
+        )));
+    }
+    if !(opts.perf_confidence > 0.5 && opts.perf_confidence < 1.0) {
+        return Err(HeldoutError::Usage(format!(
+            "--perf-confidence {} must be above 0.5 and below 1",
+            opts.perf_confidence
+        )));
+    }
     if output_dir == run_dir {
         return Err(HeldoutError::Usage(
             "the output directory must differ from --run-dir".into(),
@@ -335,13 +356,45 @@ pub fn evaluate(opts: &EvalOptions) -> Result<EvalOutcome, HeldoutError> {
     })
 }
 
-/// `speedup 1.234x`, `no valid timing`, or `no speedup compared`.
+/// `speedup 1.234x (96.8% interval 1.100–1.300: gain)`, `no valid timing`, or
+/// `no speedup compared`.
 pub fn speedup_text(r: &HeldoutTaskResult) -> String {
     match r.speedup_status {
-        Some(SpeedupStatus::Measured) => format!("speedup {:.3}x", r.speedup_ratio),
+        Some(SpeedupStatus::Measured) => match (&r.speedup_interval, r.speedup_call) {
+            (Some(i), Some(c)) => format!(
+                "speedup {:.3}x ({:.1}% interval {:.3}–{:.3}: {})",
+                r.speedup_ratio,
+                100.0 * i.confidence,
+                i.low,
+                i.high,
+                match c {
+                    speedup::SpeedupCall::Gain => "gain",
+                    speedup::SpeedupCall::Loss => "loss",
+                    speedup::SpeedupCall::NotCalled => "not called, contains 1",
+                }
+            ),
+            // An entry of an older version: one run a side, no interval.
+            _ => format!("speedup {:.3}x (no interval)", r.speedup_ratio),
+        },
         Some(SpeedupStatus::NoValidTiming) => "no valid timing".into(),
         Some(SpeedupStatus::NotApplicable) | None => "no speedup compared".into(),
     }
+}
+
+/// `retention 0.667x (interval 0.600–0.700: lower)`, or `None` without a retention interval.
+pub fn retention_text(r: &HeldoutTaskResult) -> Option<String> {
+    let (i, c) = (r.retention_interval.as_ref()?, r.retention_call?);
+    Some(format!(
+        "retention {:.3}x (interval {:.3}–{:.3}: {})",
+        r.speedup_retention.unwrap_or(0.0),
+        i.low,
+        i.high,
+        match c {
+            speedup::RetentionCall::Lower => "lower than the original run's",
+            speedup::RetentionCall::Higher => "higher than the original run's",
+            speedup::RetentionCall::NotCalled => "not called, contains 1",
+        }
+    ))
 }
 
 fn describe_device(d: &DeviceInfo) -> String {
@@ -371,6 +424,7 @@ fn mark_device_unusable(r: &mut HeldoutTaskResult, why: &str) {
     r.speedup_status = Some(SpeedupStatus::NotApplicable);
     r.speedup_ratio = 0.0;
     r.speedup_retention = None;
+    clear_calls(r);
     r.score = 0.0;
     r.error = Some(format!(
         "the device was unusable after this task ran ({why}); its `{was}` outcome is not evidence about the kernel{}",
@@ -379,6 +433,14 @@ fn mark_device_unusable(r: &mut HeldoutTaskResult, why: &str) {
             .map(|e| format!("\n{e}"))
             .unwrap_or_default()
     ));
+}
+
+/// No interval and no call for a task that has no speedup.
+fn clear_calls(r: &mut HeldoutTaskResult) {
+    r.speedup_interval = None;
+    r.speedup_call = None;
+    r.retention_interval = None;
+    r.retention_call = None;
 }
 
 /// A task after the device was lost: its directory holds only this result.
@@ -429,6 +491,12 @@ fn new_result(id: &str, run: &RunTaskResult) -> HeldoutTaskResult {
         orig_failure: None,
         opt_failure: None,
         device: None,
+        perf_repeats: None,
+        perf_runs: vec![],
+        speedup_interval: None,
+        speedup_call: None,
+        retention_interval: None,
+        retention_call: None,
     }
 }
 
@@ -449,6 +517,7 @@ fn evaluate_task(
             r.error_kind = Some(ErrorKind::Setup);
             r.speedup_status = Some(SpeedupStatus::NotApplicable);
             r.speedup_ratio = 0.0;
+            clear_calls(&mut r);
             r.score = 0.0;
             r.error = Some(e);
         }
@@ -509,15 +578,14 @@ fn evaluate_into(
         logs: &logs,
     };
     let torch2hip = cfg.task_type == "torch2hip";
-    let mut baseline_cases: Vec<PerfCase> = Vec::new();
-    let mut baseline_note = String::from("not run");
 
-    // Original kernel.
+    // Original kernel. torch2hip's is the PyTorch baseline: correct when its timed run gives
+    // a valid case (this run decides correctness only; the timing comes from the repeats).
     let orig_correct = if torch2hip {
         r.orig_heldout_pass_compilation = true;
         let run = performance(opts, &opt, &cfg, true, true, "orig_baseline")?;
-        baseline_cases = perf::valid(&run.cases);
-        baseline_note = run.note();
+        let baseline_cases = perf::valid(&run.cases);
+        let baseline_note = run.note();
         r.orig_benchmark_methods = run.methods;
         let ok = !baseline_cases.is_empty();
         r.orig_heldout_pass_correctness = ok;
@@ -604,49 +672,91 @@ fn evaluate_into(
     }
     .into();
 
-    // Performance, only on correct sides.
-    if orig_correct && !torch2hip {
-        let run = performance(opts, &orig, &cfg, true, false, "orig_performance")?;
-        baseline_cases = perf::valid(&run.cases);
-        baseline_note = run.note();
-        r.orig_benchmark_methods = run.methods;
-        r.orig_heldout_execution_time = perf::mean_time(&baseline_cases);
+    // Performance, only on correct sides, interleaved orig, opt, orig, opt, … so that drift
+    // (clocks, temperature, other tenants) falls on both sides alike; every run is recorded
+    // in the order it ran.
+    let mut runs = SideRuns::default();
+    let mut gap: Vec<String> = Vec::new();
+    // A side whose counterpart failed is compared with nothing: one run gives its time.
+    let repeats = if orig_correct && opt_correct {
+        opts.perf_repeats
+    } else {
+        1
+    };
+    if orig_correct || opt_correct {
+        r.perf_repeats = Some(repeats);
     }
-    let mut opt_cases = Vec::new();
-    let mut opt_note = String::from("not run");
+    for rep in 1..=repeats {
+        for (which, correct) in [(PerfSide::Orig, orig_correct), (PerfSide::Opt, opt_correct)] {
+            if !correct {
+                continue;
+            }
+            let (side, label) = match which {
+                // torch2hip's original is the PyTorch module, timed in opt/ (AKA's flow).
+                PerfSide::Orig if torch2hip => (&opt, format!("orig_baseline_rep{rep}")),
+                PerfSide::Orig => (&orig, format!("orig_performance_rep{rep}")),
+                PerfSide::Opt => (&opt, format!("opt_performance_rep{rep}")),
+            };
+            let run = performance(opts, side, &cfg, which == PerfSide::Orig, torch2hip, &label)?;
+            let cases = perf::valid(&run.cases);
+            let note = cases.is_empty().then(|| run.note());
+            if let Some(n) = &note {
+                gap.push(format!(
+                    "the {} side has no valid performance case in run {rep} of {repeats} ({n})",
+                    side_word(which),
+                ));
+            }
+            r.perf_runs.push(PerfRunRecord {
+                side: which,
+                repeat: rep,
+                valid_cases: cases.len(),
+                mean_time_ms: perf::mean_time(&cases),
+                logs: run.logs.clone(),
+                note,
+            });
+            runs.add(which, cases, run.methods);
+        }
+        // Fail closed: a run without a valid case leaves no complete set to compare, and
+        // more runs would only spend device time.
+        if !gap.is_empty() {
+            break;
+        }
+    }
+    if orig_correct {
+        if !runs.orig.is_empty() {
+            r.orig_heldout_execution_time = runs.median_time(PerfSide::Orig);
+        }
+        r.orig_benchmark_methods = merged(&r.orig_benchmark_methods, &runs.orig_methods);
+    }
     if opt_correct {
-        let run = performance(opts, &opt, &cfg, false, torch2hip, "opt_performance")?;
-        opt_cases = perf::valid(&run.cases);
-        opt_note = run.note();
-        r.opt_benchmark_methods = run.methods;
-        r.opt_execution_time = perf::mean_time(&opt_cases);
+        r.opt_execution_time = runs.median_time(PerfSide::Opt);
+        r.opt_benchmark_methods = runs.opt_methods.clone();
     }
     if r.generalization_status == "both_pass" {
-        if !baseline_cases.is_empty() && !opt_cases.is_empty() {
-            r.speedup_ratio = perf::speedup(&baseline_cases, &opt_cases);
-        }
-        if r.speedup_ratio > 0.0 && r.speedup_ratio.is_finite() {
-            r.speedup_status = Some(SpeedupStatus::Measured);
+        let estimate = if gap.is_empty() {
+            speedup::estimate(&runs.orig, &runs.opt, opts.perf_confidence)
+                .map_err(|e| e.to_string())
         } else {
-            r.speedup_ratio = 0.0;
-            r.speedup_status = Some(SpeedupStatus::NoValidTiming);
-            let why = match (baseline_cases.is_empty(), opt_cases.is_empty()) {
-                (true, true) => format!(
-                    "neither side has a valid performance case (original: {baseline_note}; optimised: {opt_note})"
-                ),
-                (true, false) => {
-                    format!("the original side has no valid performance case ({baseline_note})")
+            Err(gap.join("; "))
+        };
+        match estimate {
+            Ok(e) => {
+                r.speedup_ratio = e.speedup;
+                r.speedup_status = Some(SpeedupStatus::Measured);
+                if let Some((interval, call)) =
+                    speedup::retention(&e.interval, r.original_run_speedup_ratio)
+                {
+                    r.retention_interval = Some(interval);
+                    r.retention_call = Some(call);
                 }
-                (false, true) => {
-                    format!("the optimised side has no valid performance case ({opt_note})")
-                }
-                (false, false) => format!(
-                    "the original's {} and the optimised's {} valid cases (time > 0) do not match one to one by params, shape or test_case_id",
-                    baseline_cases.len(),
-                    opt_cases.len()
-                ),
-            };
-            r.error = Some(format!("no valid timing: {why}"));
+                r.speedup_interval = Some(e.interval);
+                r.speedup_call = Some(e.call);
+            }
+            Err(why) => {
+                r.speedup_ratio = 0.0;
+                r.speedup_status = Some(SpeedupStatus::NoValidTiming);
+                r.error = Some(format!("no valid timing: {why}"));
+            }
         }
     }
     r.score = summary::score(
@@ -779,6 +889,8 @@ struct PerfRun {
     tried: Vec<String>,
     /// The last command that did not exit 0 (for torch2hip's baseline).
     failure: Option<SideFailure>,
+    /// The logs of the commands that ran, relative to the task's output directory.
+    logs: Vec<String>,
 }
 
 impl PerfRun {
@@ -809,6 +921,7 @@ fn performance(
         methods: Vec::new(),
         tried: Vec::new(),
         failure: None,
+        logs: Vec::new(),
     };
     for (i, cmd) in cfg.performance_command.iter().enumerate() {
         let cmd = if baseline && torch2hip {
@@ -824,6 +937,7 @@ fn performance(
             timeout: timeout_for(opts, cfg.performance_timeout),
             log_path: Some(side.logs.join(format!("{label}_{i}.log"))),
         };
+        run.logs.push(format!("logs/{label}_{i}.log"));
         let out = runner::run(&spec);
         if let Some(e) = &out.spawn_error {
             return Err(format!(
@@ -861,6 +975,63 @@ fn performance(
         }
     }
     Ok(run)
+}
+
+/// Each side's valid cases per run, and the benchmark methods seen.
+#[derive(Default)]
+struct SideRuns {
+    orig: Vec<Vec<PerfCase>>,
+    opt: Vec<Vec<PerfCase>>,
+    orig_methods: Vec<String>,
+    opt_methods: Vec<String>,
+}
+
+impl SideRuns {
+    /// Adds a run; one without a valid case adds only its methods.
+    fn add(&mut self, side: PerfSide, cases: Vec<PerfCase>, methods: Vec<String>) {
+        let (runs, seen) = match side {
+            PerfSide::Orig => (&mut self.orig, &mut self.orig_methods),
+            PerfSide::Opt => (&mut self.opt, &mut self.opt_methods),
+        };
+        *seen = merged(seen, &methods);
+        if !cases.is_empty() {
+            runs.push(cases);
+        }
+    }
+
+    /// Median over runs of each run's mean time, ms (0 without runs).
+    fn median_time(&self, side: PerfSide) -> f64 {
+        let runs = match side {
+            PerfSide::Orig => &self.orig,
+            PerfSide::Opt => &self.opt,
+        };
+        let mut t: Vec<f64> = runs.iter().map(|c| perf::mean_time(c)).collect();
+        if t.is_empty() {
+            return 0.0;
+        }
+        t.sort_by(f64::total_cmp);
+        let n = t.len();
+        if n % 2 == 1 {
+            t[n / 2]
+        } else {
+            (t[n / 2 - 1] + t[n / 2]) / 2.0
+        }
+    }
+}
+
+/// The sorted union of two method lists.
+fn merged(a: &[String], b: &[String]) -> Vec<String> {
+    let mut v: Vec<String> = a.iter().chain(b).cloned().collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+fn side_word(side: PerfSide) -> &'static str {
+    match side {
+        PerfSide::Orig => "original",
+        PerfSide::Opt => "optimised",
+    }
 }
 
 /// AKA's per-type rule: hip2hip copies `target_file_path`; torch2hip removes the agent's HIP

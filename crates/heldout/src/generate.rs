@@ -432,9 +432,67 @@ pub fn shapes_path(output_dir: &Path, task_id: &str) -> PathBuf {
     output_dir.join(task_id).join("held_out_shapes.yaml")
 }
 
-/// Writes a plan's file.
+/// The ignore file that keeps the held-out directory out of Git.
+pub const GITIGNORE: &str = ".gitignore";
+
+/// The line of [`GITIGNORE`] that ignores everything in its directory, itself included.
+const IGNORE_ALL: &str = "*";
+
+/// Makes Git ignore `output_dir` wherever it lies: AKA keeps `held_out_tests/` out of Git so
+/// held-out shapes stay private (its README), and a directory that ignores itself does that
+/// for any `--output-dir` without editing the repository's own `.gitignore`. An existing
+/// file without a `*` line gets one appended. Returns the file's path.
+pub fn ensure_git_ignored(output_dir: &Path) -> Result<PathBuf, HeldoutError> {
+    std::fs::create_dir_all(output_dir).map_err(io_err(output_dir))?;
+    let path = output_dir.join(GITIGNORE);
+    let existing = match std::fs::read_to_string(&path) {
+        Ok(text) => Some(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(io_err(&path)(e)),
+    };
+    let text = match existing {
+        Some(text) if text.lines().any(|l| l.trim() == IGNORE_ALL) => return Ok(path),
+        Some(text) if text.is_empty() || text.ends_with('\n') => format!("{text}{IGNORE_ALL}\n"),
+        Some(text) => format!("{text}\n{IGNORE_ALL}\n"),
+        None => format!(
+            "# kg-heldout: held-out shapes stay private, as AgentKernelArena keeps held_out_tests/ out of Git.\n{IGNORE_ALL}\n"
+        ),
+    };
+    kg_contract::io::write_atomic(&path, text.as_bytes())?;
+    Ok(path)
+}
+
+/// Writes a plan's file (and makes Git ignore `output_dir`).
 pub fn write_plan(output_dir: &Path, plan: &Plan) -> Result<PathBuf, HeldoutError> {
+    ensure_git_ignored(output_dir)?;
     let path = shapes_path(output_dir, &plan.task_id);
     crate::yaml::write(&path, &plan.shapes, "held_out_shapes.yaml")?;
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A missing ignore file is created; one without `*` gets it appended, keeping its lines;
+    /// one with it is left byte for byte.
+    #[test]
+    fn the_output_dir_ignores_itself() {
+        let d = tempfile::tempdir().unwrap();
+        let out = d.path().join("held_out_tests");
+        let p = ensure_git_ignored(&out).unwrap();
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(text.lines().any(|l| l == "*"), "{text}");
+        let other = d.path().join("other");
+        std::fs::create_dir_all(&other).unwrap();
+        std::fs::write(other.join(GITIGNORE), "notes.txt").unwrap();
+        ensure_git_ignored(&other).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(other.join(GITIGNORE)).unwrap(),
+            "notes.txt\n*\n"
+        );
+        let before = std::fs::read(other.join(GITIGNORE)).unwrap();
+        ensure_git_ignored(&other).unwrap();
+        assert_eq!(before, std::fs::read(other.join(GITIGNORE)).unwrap());
+    }
 }

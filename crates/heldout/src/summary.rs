@@ -5,6 +5,8 @@
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
+use crate::speedup::{RatioInterval, RetentionCall, SpeedupCall, SpeedupInterval};
+
 /// The four generalization quadrants, in AKA's order.
 pub const QUADRANTS: [&str; 4] = [
     "both_pass",
@@ -58,6 +60,33 @@ pub struct SideFailure {
     pub timed_out: bool,
     /// Exit 0, but its output reported a failure (`fail` without `pass`).
     pub reported_failure: bool,
+}
+
+/// Which kernel a performance run timed (kernelgate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PerfSide {
+    /// The original kernel (torch2hip: the PyTorch baseline).
+    Orig,
+    /// The optimised kernel.
+    Opt,
+}
+
+/// One run of a side's performance commands, in the order the runs happened (kernelgate).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PerfRunRecord {
+    /// Which side.
+    pub side: PerfSide,
+    /// 1-based repeat of that side.
+    pub repeat: usize,
+    /// Cases with a time > 0.
+    pub valid_cases: usize,
+    /// Mean time over those cases, ms (0 when none).
+    pub mean_time_ms: f64,
+    /// The command logs of this run, relative to the task's output directory.
+    pub logs: Vec<String>,
+    /// Why the run has no valid case (null when it has one).
+    pub note: Option<String>,
 }
 
 /// Where the tasks were run (kernelgate).
@@ -139,6 +168,24 @@ pub struct HeldoutTaskResult {
     /// kernelgate: where the task ran (null when it did not run).
     #[serde(default)]
     pub device: Option<DeviceInfo>,
+    /// kernelgate: runs per side that were asked for (null when no performance ran).
+    #[serde(default)]
+    pub perf_repeats: Option<usize>,
+    /// kernelgate: every performance run in the order it ran (orig, opt, orig, opt, …).
+    #[serde(default)]
+    pub perf_runs: Vec<PerfRunRecord>,
+    /// kernelgate: the interval of `speedup_ratio` over the repeats (null unless measured).
+    #[serde(default)]
+    pub speedup_interval: Option<SpeedupInterval>,
+    /// kernelgate: `gain`, `loss`, or `not_called` when the interval contains 1.0.
+    #[serde(default)]
+    pub speedup_call: Option<SpeedupCall>,
+    /// kernelgate: `speedup_interval` ÷ `original_run_speedup_ratio`.
+    #[serde(default)]
+    pub retention_interval: Option<RatioInterval>,
+    /// kernelgate: `lower`, `higher`, or `not_called` when `retention_interval` contains 1.0.
+    #[serde(default)]
+    pub retention_call: Option<RetentionCall>,
 }
 
 /// `{description, count, mean, median, std}`.
@@ -216,12 +263,21 @@ pub struct PerTask {
     /// kernelgate: whether the held-out speedup is a measurement.
     #[serde(default)]
     pub speedup_status: Option<SpeedupStatus>,
+    /// kernelgate: the held-out speedup's interval over the repeats.
+    #[serde(default)]
+    pub speedup_interval: Option<SpeedupInterval>,
+    /// kernelgate: what that interval allows one to say.
+    #[serde(default)]
+    pub speedup_call: Option<SpeedupCall>,
     /// Original-run speedup.
     pub original_run_speedup: f64,
     /// Held-out minus original-run speedup.
     pub speedup_delta: f64,
     /// kernelgate: held-out ÷ original-run speedup (null when either is ≤ 0).
     pub speedup_retention: Option<f64>,
+    /// kernelgate: what the retention interval allows one to say.
+    #[serde(default)]
+    pub retention_call: Option<RetentionCall>,
     /// Held-out score.
     pub heldout_score: f64,
     /// Original-run score.
@@ -245,6 +301,12 @@ pub struct HeldoutSummary {
     /// kernelgate: `both_pass` tasks without a valid timing (in no speedup statistic).
     #[serde(default)]
     pub both_pass_without_timing: usize,
+    /// kernelgate: measured tasks by `speedup_call` (`gain`, `loss`, `not_called`).
+    #[serde(default)]
+    pub speedup_calls: IndexMap<String, usize>,
+    /// kernelgate: measured tasks by `retention_call` (`lower`, `higher`, `not_called`).
+    #[serde(default)]
+    pub retention_calls: IndexMap<String, usize>,
     /// kernelgate: tasks whose entries an earlier evaluation wrote (a `--tasks` re-run keeps
     /// them from the output directory).
     #[serde(default)]
@@ -381,9 +443,12 @@ pub fn summarize(results: &[HeldoutTaskResult]) -> HeldoutSummary {
             opt_heldout_correct: r.opt_pass_correctness,
             heldout_speedup: round(r.speedup_ratio, 4),
             speedup_status: r.speedup_status,
+            speedup_interval: r.speedup_interval.clone(),
+            speedup_call: r.speedup_call,
             original_run_speedup: round(r.original_run_speedup_ratio, 4),
             speedup_delta: round(r.speedup_ratio - r.original_run_speedup_ratio, 4),
             speedup_retention: retention(r.speedup_ratio, r.original_run_speedup_ratio),
+            retention_call: r.retention_call,
             heldout_score: round(r.score, 2),
             original_run_score: round(r.original_run_score, 2),
             error: r.error.clone(),
@@ -398,6 +463,14 @@ pub fn summarize(results: &[HeldoutTaskResult]) -> HeldoutSummary {
             .iter()
             .filter(|r| r.speedup_status == Some(SpeedupStatus::NoValidTiming))
             .count(),
+        speedup_calls: calls(
+            &SpeedupCall::NAMES,
+            results.iter().map(|r| r.speedup_call.map(|c| c.name())),
+        ),
+        retention_calls: calls(
+            &RetentionCall::NAMES,
+            results.iter().map(|r| r.retention_call.map(|c| c.name())),
+        ),
         carried_over: Vec::new(),
         conditional_correctness: ConditionalCorrectness {
             description: "P(opt correct on held-out | orig correct on held-out)".into(),
@@ -419,6 +492,20 @@ pub fn summarize(results: &[HeldoutTaskResult]) -> HeldoutSummary {
         original_run_speedup_stats: os,
         per_task,
     }
+}
+
+/// Counts per call name, every name present (in `names` order).
+fn calls<'a>(
+    names: &[&'static str],
+    values: impl Iterator<Item = Option<&'a str>>,
+) -> IndexMap<String, usize> {
+    let mut out: IndexMap<String, usize> = names.iter().map(|n| (n.to_string(), 0)).collect();
+    for name in values.flatten() {
+        if let Some(c) = out.get_mut(name) {
+            *c += 1;
+        }
+    }
+    out
 }
 
 /// AKA's score.
@@ -474,6 +561,12 @@ mod tests {
             orig_failure: None,
             opt_failure: None,
             device: None,
+            perf_repeats: None,
+            perf_runs: vec![],
+            speedup_interval: None,
+            speedup_call: None,
+            retention_interval: None,
+            retention_call: None,
         }
     }
 
