@@ -3,9 +3,7 @@
 //! Thin binary: argument parsing, progress, tables and exit codes; the work is in kg-exec.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
-mod compare_cmd;
 mod output;
-mod report_cmd;
 mod score_cmd;
 mod solar_cmd;
 mod verify_cmd;
@@ -111,14 +109,6 @@ enum Command {
     /// Write an Ed25519 key pair for --sign-key (private OUT, mode 0600; public OUT.pub).
     #[command(after_help = EXIT_KEYGEN)]
     Keygen(verify_cmd::KeygenArgs),
-    /// Write one self-contained HTML report of runs or trace files: header, roofline, table,
-    /// speedups.
-    #[command(after_help = report_cmd::EXIT_REPORT)]
-    Report(report_cmd::ReportArgs),
-    /// Compare two runs per workload: latency ratio with a confidence interval; exit 1 on a
-    /// significant regression.
-    #[command(after_help = compare_cmd::EXIT_COMPARE)]
-    Compare(compare_cmd::CompareArgs),
 }
 
 #[derive(Subcommand)]
@@ -313,13 +303,7 @@ fn from_exec(e: ExecError) -> Failure {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("KG_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
+    kg_cli::init_logging("warn");
     let cli = Cli::parse();
     // Candidates run as our user: keep our environment and memory out of their reach.
     if !kg_exec::sandbox::protect_harness_process() {
@@ -342,8 +326,6 @@ fn main() -> ExitCode {
         Command::Score(c) => score_cmd::run(c).map_err(usage),
         Command::Verify(a) => verify_cmd::verify(a).map_err(usage),
         Command::Keygen(a) => verify_cmd::keygen(a).map_err(usage),
-        Command::Report(a) => report_cmd::report(a).map_err(usage),
-        Command::Compare(a) => compare_cmd::compare(a).map_err(usage),
     };
     match result {
         Ok(code) => ExitCode::from(code as u8),
