@@ -3,7 +3,9 @@
 //! Thin binary: argument parsing, progress, tables and exit codes; the work is in kg-exec.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod compare_cmd;
 mod output;
+mod report_cmd;
 mod score_cmd;
 mod solar_cmd;
 mod verify_cmd;
@@ -109,6 +111,14 @@ enum Command {
     /// Write an Ed25519 key pair for --sign-key (private OUT, mode 0600; public OUT.pub).
     #[command(after_help = EXIT_KEYGEN)]
     Keygen(verify_cmd::KeygenArgs),
+    /// Write one self-contained HTML report of runs or trace files: header, roofline, table,
+    /// speedups.
+    #[command(after_help = report_cmd::EXIT_REPORT)]
+    Report(report_cmd::ReportArgs),
+    /// Compare two runs per workload: latency ratio with a confidence interval; exit 1 on a
+    /// significant regression.
+    #[command(after_help = compare_cmd::EXIT_COMPARE)]
+    Compare(compare_cmd::CompareArgs),
 }
 
 #[derive(Subcommand)]
@@ -326,6 +336,8 @@ fn main() -> ExitCode {
         Command::Score(c) => score_cmd::run(c).map_err(usage),
         Command::Verify(a) => verify_cmd::verify(a).map_err(usage),
         Command::Keygen(a) => verify_cmd::keygen(a).map_err(usage),
+        Command::Report(a) => report_cmd::report(a).map_err(usage),
+        Command::Compare(a) => compare_cmd::compare(a).map_err(usage),
     };
     match result {
         Ok(code) => ExitCode::from(code as u8),
