@@ -2,8 +2,12 @@
 //! run` with every problem's own reference and with the bundled solutions, and then every trace
 //! read back: exactly one per workload of every problem and solution, each PASSED, on the device
 //! asked for, and `summary.json` agreeing with the traces; then `kg-bench verify` over every
-//! trace file the run wrote (chains, seals, recorded heads, each problem's tree hash). `cargo xtask test` runs it on the CPU
-//! (Triton through its interpreter); `cargo xtask quickstart` on the best device there is.
+//! trace file the run wrote (chains, seals, recorded heads, each problem's tree hash). Then the
+//! mutants in `fixtures/mutants/` (each bundled Triton solution with its tail mask rounded down
+//! to whole blocks, `x < (n // B) * B`): every one must come out INCORRECT_NUMERICAL on at least
+//! one workload and on no workload fail any other way, or the corpus has no workload whose
+//! trailing dimension exposes a dropped tail. `cargo xtask test` runs it on the CPU (Triton
+//! through its interpreter); `cargo xtask quickstart` on the best device there is.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -18,6 +22,13 @@ use kg_exec::corpus::{RunSummary, SolutionSource, discover, solutions_for, trace
 pub const CORE: &str = "problems/core";
 /// The two solution sets, in the order they run.
 const SETS: [&str; 2] = ["reference", "bundled"];
+/// Solutions that must not pass: `<problem>/<bundled solution>_tail_mask.json`, one per
+/// bundled solution of the corpus (see `fixtures/mutants/README.md`).
+pub const MUTANTS: &str = "fixtures/mutants";
+/// What a mutant's name adds to the name of the bundled solution it was copied from.
+const MUTANT_SUFFIX: &str = "_tail_mask";
+/// The mutants' run is about correctness only: the fewest rounds and timed calls.
+const MUTANT_RUN: [&str; 6] = ["--rounds", "2", "--warmup", "1", "--iterations", "3"];
 
 /// What one solution set came to.
 #[derive(Debug, PartialEq)]
@@ -30,12 +41,26 @@ pub struct Tally {
     pub passed: usize,
 }
 
+/// What the mutants' run came to.
+#[derive(Debug, PartialEq)]
+pub struct MutantTally {
+    /// Mutants evaluated.
+    pub mutants: usize,
+    /// Workloads on which a mutant was INCORRECT_NUMERICAL, over all mutants.
+    pub caught: usize,
+    /// Workloads on which a mutant PASSED (the workloads its bug does not reach).
+    pub passed: usize,
+}
+
 /// Validates `corpus`, runs both solution sets with `bench` on `device` into `out/<set>`, and
-/// checks every trace; fails naming each workload that did not pass or left no trace.
+/// checks every trace; then runs the mutants of `mutants` (when given) into `out/mutants` and
+/// checks that each is caught. Fails naming each workload that did not pass or left no trace,
+/// and each mutant that was not caught.
 pub fn run_and_check(
     bench: &Path,
     python: &Path,
     corpus: &Path,
+    mutants: Option<&Path>,
     device: &str,
     out: &Path,
 ) -> Result<()> {
@@ -113,6 +138,11 @@ pub fn run_and_check(
             failed.push(format!("{set}: the traces do not verify: {e:#}"));
         }
     }
+    if let Some(mutants) = mutants {
+        if let Err(e) = run_mutants(bench, python, corpus, mutants, device, out) {
+            failed.push(format!("{e:#}"));
+        }
+    }
     if !failed.is_empty() {
         bail!(
             "the corpus did not pass end to end:\n  {}",
@@ -120,6 +150,174 @@ pub fn run_and_check(
         );
     }
     Ok(())
+}
+
+/// Runs every mutant of `mutants` over `corpus` into `out/mutants` and checks each was caught.
+fn run_mutants(
+    bench: &Path,
+    python: &Path,
+    corpus: &Path,
+    mutants: &Path,
+    device: &str,
+    out: &Path,
+) -> Result<()> {
+    crate::step(&format!(
+        "kg-bench run {} --solutions {} --device {device} {} (mutants: each must fail)",
+        corpus.display(),
+        mutants.display(),
+        MUTANT_RUN.join(" ")
+    ));
+    let dir = out.join("mutants");
+    let t0 = Instant::now();
+    let status = Command::new(bench)
+        .arg("run")
+        .arg(corpus)
+        .arg("--solutions")
+        .arg(mutants)
+        .args(["--device", device, "--rerun", "-q"])
+        .args(MUTANT_RUN)
+        .arg("-o")
+        .arg(&dir)
+        .arg("--python")
+        .arg(python)
+        .status()
+        .with_context(|| format!("failed to start `{}`", bench.display()))?;
+    // 1: some workload did not pass, as it must not. 0: every mutant passed everything.
+    match status.code() {
+        Some(0 | 1) => {}
+        _ => bail!(
+            "mutants: `kg-bench run --solutions {}` failed with {status}; see its output above",
+            mutants.display()
+        ),
+    }
+    match check_mutants(corpus, mutants, &dir) {
+        Ok(t) => {
+            eprintln!(
+                "mutants: all {} caught (INCORRECT_NUMERICAL on {} workload(s), PASSED on {} their bug does not reach), in {:.0} s; traces in `{}`",
+                t.mutants,
+                t.caught,
+                t.passed,
+                t0.elapsed().as_secs_f64(),
+                dir.display()
+            );
+            Ok(())
+        }
+        Err(problems) => {
+            for p in &problems {
+                eprintln!("mutants: {p}");
+            }
+            bail!(
+                "mutants: {} finding(s), the first: {}",
+                problems.len(),
+                problems[0]
+            )
+        }
+    }
+}
+
+/// Checks the mutants' run in `out`: every bundled solution of `corpus` has a mutant in
+/// `mutants` named after it (`<name>_tail_mask`), and every mutant left one trace per workload,
+/// INCORRECT_NUMERICAL on at least one and PASSED or INCORRECT_NUMERICAL on all (a mutant that
+/// does not compile or run proves nothing about the workloads). Returns every problem found.
+pub fn check_mutants(
+    corpus: &Path,
+    mutants: &Path,
+    out: &Path,
+) -> Result<MutantTally, Vec<String>> {
+    let mut problems = Vec::new();
+    let mut tally = MutantTally {
+        mutants: 0,
+        caught: 0,
+        passed: 0,
+    };
+    let dirs = discover(corpus).map_err(|e| vec![e.to_string()])?;
+    let source = SolutionSource::Dir(mutants.to_path_buf());
+    for dir in dirs {
+        let problem = match Problem::load(&dir) {
+            Ok(p) => p,
+            Err(e) => {
+                problems.push(format!("`{}`: {e}", dir.display()));
+                continue;
+            }
+        };
+        let name = &problem.definition.name;
+        let (bundled, muts) = match (
+            solutions_for(&problem, &SolutionSource::Bundled),
+            solutions_for(&problem, &source),
+        ) {
+            (Ok(b), Ok(m)) => (b, m),
+            (Err(e), _) | (_, Err(e)) => {
+                problems.push(format!("{name}: {e}"));
+                continue;
+            }
+        };
+        for b in &bundled {
+            let want = format!("{}{MUTANT_SUFFIX}", b.name);
+            if !muts.iter().any(|m| m.name == want) {
+                problems.push(format!(
+                    "{name}: bundled solution `{}` has no mutant `{want}` in `{}`",
+                    b.name,
+                    mutants.join(name).display()
+                ));
+            }
+        }
+        for m in &muts {
+            tally.mutants += 1;
+            let path = trace_path(out, name, &m.name);
+            let rows = match kg_contract::io::load_jsonl::<Trace>(&path) {
+                Ok(r) => r,
+                Err(e) => {
+                    problems.push(format!("{name} / {}: no traces ({e})", m.name));
+                    continue;
+                }
+            };
+            let mut by_uuid: BTreeMap<&str, Vec<&Trace>> = BTreeMap::new();
+            for (_, t, _) in &rows {
+                by_uuid.entry(t.workload.uuid.as_str()).or_default().push(t);
+            }
+            let mut caught = 0;
+            for w in &problem.workloads {
+                let uuid = w.workload.uuid.as_str();
+                let at = format!("{name} / {} / workload {uuid}", m.name);
+                let Some(e) = by_uuid
+                    .get(uuid)
+                    .and_then(|t| t.first())
+                    .and_then(|t| t.evaluation.as_ref())
+                else {
+                    problems.push(format!("{at}: no evaluated trace in `{}`", path.display()));
+                    continue;
+                };
+                match e.status {
+                    Status::Passed => tally.passed += 1,
+                    Status::IncorrectNumerical => caught += 1,
+                    other => problems.push(format!(
+                        "{at}: {} ({}); a mutant must run and be wrong, not fail otherwise",
+                        other.as_str(),
+                        why(&e.log)
+                    )),
+                }
+            }
+            if caught == 0 {
+                problems.push(format!(
+                    "{name} / {}: INCORRECT_NUMERICAL on no workload; none has a trailing dimension that reaches its dropped tail",
+                    m.name
+                ));
+            }
+            tally.caught += caught;
+        }
+    }
+    if tally.mutants == 0 {
+        problems.push(format!(
+            "`{}` holds no mutants for the problems of `{}`",
+            mutants.display(),
+            corpus.display()
+        ));
+    }
+    if problems.is_empty() {
+        Ok(tally)
+    } else {
+        Err(problems)
+    }
 }
 
 /// Checks the traces of one run of `source` over `corpus` in `out`: one trace for every
@@ -301,7 +499,14 @@ pub fn task(root: &Path, args: &[String]) -> Result<()> {
         Some(b) => b,
         None => crate::redteam::default_kg_bench(root)?,
     };
-    run_and_check(&bench, &python, Path::new(CORE), &device, &out_dir(root))
+    run_and_check(
+        &bench,
+        &python,
+        Path::new(CORE),
+        Some(Path::new(MUTANTS)),
+        &device,
+        &out_dir(root),
+    )
 }
 
 /// `target/xtask-corpus` (or under `CARGO_TARGET_DIR`): where `test` keeps the runs' traces.
@@ -332,8 +537,12 @@ mod tests {
     }
 
     fn line(p: &Problem, uuid: &str, status: &str, kind: &str) -> String {
+        line_of(p, "reference", uuid, status, kind)
+    }
+
+    fn line_of(p: &Problem, solution: &str, uuid: &str, status: &str, kind: &str) -> String {
         serde_json::json!({
-            "definition": p.definition.name, "solution": "reference",
+            "definition": p.definition.name, "solution": solution,
             "workload": {"uuid": uuid, "axes": {}, "inputs": {}},
             "evaluation": {"status": status,
                 "log": format!("harness: bookkeeping\nwhy {status}\nmore\nharness: x\nlast"),
@@ -460,5 +669,136 @@ mod tests {
             e.iter().any(|x| x.contains("2 traces, expected one")),
             "{e:?}"
         );
+    }
+
+    /// A mutants directory for the fixture problem holding a copy of its bundled solution
+    /// named `name`, and a run of it in `out` with one status per workload (None: left out).
+    fn mutant_run(
+        p: &Problem,
+        name: &str,
+        statuses: &[Option<&str>],
+    ) -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let tmp = tempfile::tempdir().unwrap();
+        let bundled = &solutions_for(p, &SolutionSource::Bundled).unwrap()[0];
+        let mut sol = serde_json::to_value(bundled).unwrap();
+        sol["name"] = serde_json::json!(name);
+        let key = p.dir.file_name().unwrap();
+        let mutants = tmp.path().join("mutants");
+        std::fs::create_dir_all(mutants.join(key)).unwrap();
+        std::fs::write(
+            mutants.join(key).join("m.json"),
+            serde_json::to_string(&sol).unwrap(),
+        )
+        .unwrap();
+        let out = tmp.path().join("out");
+        let path = trace_path(&out, &p.definition.name, name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let text: String = p
+            .workloads
+            .iter()
+            .zip(statuses)
+            .filter_map(|(w, s)| s.map(|s| line_of(p, name, &w.workload.uuid, s, "cpu") + "\n"))
+            .collect();
+        std::fs::write(&path, text).unwrap();
+        (tmp, mutants, out)
+    }
+
+    fn mutant_name(p: &Problem) -> String {
+        let bundled = &solutions_for(p, &SolutionSource::Bundled).unwrap()[0];
+        format!("{}{MUTANT_SUFFIX}", bundled.name)
+    }
+
+    #[test]
+    fn a_mutant_wrong_on_its_tail_workload_is_caught() {
+        let (dir, p) = problem();
+        let n = p.workloads.len();
+        let mut st = vec![Some("PASSED"); n];
+        st[n - 1] = Some("INCORRECT_NUMERICAL");
+        let (_tmp, mutants, out) = mutant_run(&p, &mutant_name(&p), &st);
+        let t = check_mutants(&dir, &mutants, &out).unwrap();
+        assert_eq!(
+            t,
+            MutantTally {
+                mutants: 1,
+                caught: 1,
+                passed: n - 1
+            }
+        );
+    }
+
+    #[test]
+    fn a_mutant_that_passes_every_workload_fails_the_corpus() {
+        let (dir, p) = problem();
+        let st = vec![Some("PASSED"); p.workloads.len()];
+        let name = mutant_name(&p);
+        let (_tmp, mutants, out) = mutant_run(&p, &name, &st);
+        let e = check_mutants(&dir, &mutants, &out).unwrap_err();
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].contains(&name), "{e:?}");
+        assert!(e[0].contains("INCORRECT_NUMERICAL on no workload"), "{e:?}");
+    }
+
+    #[test]
+    fn a_mutant_that_does_not_run_is_not_caught_and_a_missing_trace_is_named() {
+        let (dir, p) = problem();
+        let n = p.workloads.len();
+        // Failing to compile is not the tail bug showing: no workload counts as catching it.
+        let mut st = vec![Some("COMPILE_ERROR"); n];
+        st[0] = None;
+        let (_tmp, mutants, out) = mutant_run(&p, &mutant_name(&p), &st);
+        let e = check_mutants(&dir, &mutants, &out).unwrap_err();
+        assert!(e[0].contains(&p.workloads[0].workload.uuid), "{e:?}");
+        assert!(e[0].contains("no evaluated trace"), "{e:?}");
+        assert!(
+            e[1].contains("COMPILE_ERROR") && e[1].contains("must run and be wrong"),
+            "{e:?}"
+        );
+        assert!(e[n].contains("INCORRECT_NUMERICAL on no workload"), "{e:?}");
+        assert_eq!(e.len(), n + 1, "{e:?}");
+    }
+
+    #[test]
+    fn a_bundled_solution_without_its_mutant_is_named() {
+        let (dir, p) = problem();
+        let mut st = vec![Some("PASSED"); p.workloads.len()];
+        st[0] = Some("INCORRECT_NUMERICAL");
+        // A mutant under another name does not stand in for the bundled solution's.
+        let (_tmp, mutants, out) = mutant_run(&p, "something_else", &st);
+        let e = check_mutants(&dir, &mutants, &out).unwrap_err();
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].contains(&format!("has no mutant `{}`", mutant_name(&p))),
+            "{e:?}"
+        );
+    }
+
+    /// The real corpus: every bundled solution has its mutant, and each mutant is its bundled
+    /// solution with the kernel changed (nothing has run, so only the traces are missing).
+    #[test]
+    fn every_bundled_solution_of_the_corpus_has_a_mutant_that_differs_from_it() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let corpus = root.join(CORE);
+        let mutants = root.join(MUTANTS);
+        let empty = tempfile::tempdir().unwrap();
+        let e = check_mutants(&corpus, &mutants, empty.path()).unwrap_err();
+        assert!(e.iter().all(|x| x.contains("no traces")), "{e:?}");
+        let mut seen = 0;
+        for dir in discover(&corpus).unwrap() {
+            let p = Problem::load(&dir).unwrap();
+            let ms = solutions_for(&p, &SolutionSource::Dir(mutants.clone())).unwrap();
+            for b in solutions_for(&p, &SolutionSource::Bundled).unwrap() {
+                let m = ms
+                    .iter()
+                    .find(|m| m.name == format!("{}{MUTANT_SUFFIX}", b.name))
+                    .unwrap();
+                assert_eq!(m.definition, b.definition);
+                assert_eq!(m.spec.entry_point, b.spec.entry_point);
+                assert_ne!(m.sources[0].content, b.sources[0].content, "{}", m.name);
+                assert!(m.sources[0].content.contains(") * "), "{}", m.name);
+                seen += 1;
+            }
+        }
+        assert_eq!(e.len(), seen, "{e:?}");
+        assert!(seen >= 10, "{seen}");
     }
 }

@@ -5,7 +5,8 @@
 //!   corpus end to end on the CPU, the red team on the CPU).
 //! - `quickstart`: release build, `.venv`, then the bundled corpus on the best available device.
 //! - `corpus [--device D] [--kg-bench PATH]`: the bundled corpus end to end alone, each
-//!   workload's status checked (`test` runs it on the CPU; see `corpus.rs`).
+//!   workload's status checked, then the tail-mask mutants of `fixtures/mutants/`, each of
+//!   which must fail (`test` runs it on the CPU; see `corpus.rs`).
 //! - `schemas [--check]`: write (or check) `docs/schemas/*.json` from kg-contract.
 //! - `device-bundle DIR`: release binaries copied into DIR, for carrying to a GPU machine.
 //! - `release ...`: a scored, hash-bound release bundle of a corpus (see `release.rs`).
@@ -183,6 +184,7 @@ fn test(root: &Path) -> Result<()> {
         &kg_bench,
         &python,
         Path::new(corpus::CORE),
+        Some(Path::new(corpus::MUTANTS)),
         "cpu",
         &corpus::out_dir(root),
     )?;
@@ -222,7 +224,8 @@ fn quickstart(root: &Path) -> Result<()> {
     let out = root.join("kg-results/core");
     // Every problem with its own reference as the solution (the baseline), then the Triton
     // solutions we ship, on the best device available (an idle GPU, else the CPU).
-    let result = corpus::run_and_check(&bench, &python, Path::new(corpus::CORE), "auto", &out);
+    let result =
+        corpus::run_and_check(&bench, &python, Path::new(corpus::CORE), None, "auto", &out);
     eprintln!();
     eprintln!(
         "results: {}/{{reference,bundled}}/<problem>/<solution>.jsonl and summary.json",
