@@ -568,3 +568,154 @@ impl Comparison {
         s
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::load::Entry;
+
+    /// A PASSED trace with a latency of `ms` and an IQR of ±`rel` around it.
+    fn passed(uuid: &str, ms: f64, rel: f64) -> serde_json::Value {
+        serde_json::json!({
+            "definition": "d",
+            "solution": "s",
+            "workload": {"uuid": uuid, "axes": {}, "inputs": {}, "tolerance": {"max_atol": 0.01, "max_rtol": 0.01}},
+            "evaluation": {
+                "status": "PASSED",
+                "correctness": {},
+                "performance": {
+                    "latency_ms": ms, "reference_latency_ms": 1.0, "speedup_factor": 1.0 / ms,
+                    "timing_method": "cupti", "iterations": 50,
+                    "spread": {"min_ms": ms * (1.0 - 2.0 * rel), "p25_ms": ms * (1.0 - rel), "median_ms": ms,
+                               "p75_ms": ms * (1.0 + rel), "max_ms": ms * (1.0 + 2.0 * rel), "mean_ms": ms}
+                },
+                "environment": {"hardware": "NVIDIA_H200", "device": {"kind": "cuda", "name": "NVIDIA H200"},
+                                "clocks": {"locked": true, "sm_mhz": 1980}}
+            }
+        })
+    }
+
+    fn loaded(vals: Vec<serde_json::Value>) -> Loaded {
+        Loaded {
+            entries: vals
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| Entry {
+                    key: "p".into(),
+                    file: "t.jsonl".into(),
+                    line: i + 1,
+                    trace: serde_json::from_value(v).unwrap(),
+                })
+                .collect(),
+            ..Loaded::default()
+        }
+    }
+
+    #[test]
+    fn a_planted_2x_slowdown_is_the_only_mark_that_is_not_same() {
+        let base = loaded(vec![
+            passed("a", 1.0, 0.05),
+            passed("b", 0.5, 0.05),
+            passed("c", 2.0, 0.05),
+        ]);
+        let head = loaded(vec![
+            passed("a", 1.01, 0.05),
+            passed("b", 1.0, 0.05),
+            passed("c", 1.98, 0.05),
+        ]);
+        let (ws, ps) = compare_loaded(base, head, 0.05);
+        let marks: Vec<Mark> = ws.iter().map(|w| w.mark).collect();
+        assert_eq!(marks, [Mark::Same, Mark::Slower, Mark::Same]);
+        let [lo, hi] = ws[1].ci.unwrap();
+        assert!(lo > 1.05 && lo < 2.0 && hi > 2.0, "{lo} {hi}");
+        assert_eq!(ps.len(), 1);
+        let g = ps[0].geomean_ratio.unwrap();
+        assert!((g - (1.01f64 * 2.0 * 0.99).cbrt()).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_wide_spread_keeps_a_large_ratio_from_being_significant() {
+        let (ws, _) = compare_loaded(
+            loaded(vec![passed("a", 1.0, 0.8)]),
+            loaded(vec![passed("a", 1.5, 0.8)]),
+            0.05,
+        );
+        assert_eq!(ws[0].mark, Mark::Same);
+        let (ws, _) = compare_loaded(
+            loaded(vec![passed("a", 1.0, 0.01)]),
+            loaded(vec![passed("a", 0.7, 0.01)]),
+            0.05,
+        );
+        assert_eq!(ws[0].mark, Mark::Faster);
+    }
+
+    #[test]
+    fn without_a_spread_the_point_ratio_decides() {
+        let mut h = passed("a", 1.2, 0.0);
+        h["evaluation"]["performance"]["spread"] = serde_json::Value::Null;
+        let (ws, _) = compare_loaded(loaded(vec![passed("a", 1.0, 0.01)]), loaded(vec![h]), 0.05);
+        assert_eq!((ws[0].mark, ws[0].ci), (Mark::Slower, None));
+    }
+
+    #[test]
+    fn incomparable_says_which_fact_differs() {
+        let mut h = passed("a", 1.0, 0.01);
+        h["evaluation"]["environment"]["device"]["name"] = "NVIDIA H100".into();
+        h["evaluation"]["environment"]["clocks"] = serde_json::json!({"locked": false});
+        h["evaluation"]["performance"]["timing_method"] = "device_event_sync".into();
+        let mut failed = passed("b", 1.0, 0.01);
+        failed["evaluation"]["status"] = "TIMEOUT".into();
+        failed["evaluation"]["performance"] = serde_json::Value::Null;
+        failed["evaluation"]["correctness"] = serde_json::Value::Null;
+        let base = loaded(vec![
+            passed("a", 1.0, 0.01),
+            passed("b", 1.0, 0.01),
+            passed("c", 1.0, 0.01),
+        ]);
+        let (ws, _) = compare_loaded(base, loaded(vec![h, failed]), 0.05);
+        assert!(ws.iter().all(|w| w.mark == Mark::Incomparable));
+        assert_eq!(
+            ws[0].why,
+            [
+                Why::Device {
+                    base: "cuda:NVIDIA H200".into(),
+                    head: "cuda:NVIDIA H100".into()
+                },
+                Why::Clocks {
+                    base: "locked SM 1980 / memory ? MHz".into(),
+                    head: "not locked".into()
+                },
+                Why::TimingMethod {
+                    base: "cupti".into(),
+                    head: "device_event_sync".into()
+                },
+            ]
+        );
+        assert_eq!(
+            ws[1].why,
+            [Why::NotPassed {
+                side: Side::Head,
+                status: Status::Timeout
+            }]
+        );
+        assert_eq!(ws[2].why, [Why::Missing { side: Side::Head }]);
+        let j = serde_json::to_value(&ws[1]).unwrap();
+        assert_eq!(
+            j["why"][0],
+            serde_json::json!({"kind": "not_passed", "side": "head", "status": "TIMEOUT"})
+        );
+    }
+
+    #[test]
+    fn locked_clocks_at_different_frequencies_do_not_compare() {
+        let mut h = passed("a", 1.0, 0.01);
+        h["evaluation"]["environment"]["clocks"]["sm_mhz"] = 1500.into();
+        let (ws, _) = compare_loaded(loaded(vec![passed("a", 1.0, 0.01)]), loaded(vec![h]), 0.05);
+        assert!(
+            matches!(ws[0].why[..], [Why::Clocks { .. }]),
+            "{:?}",
+            ws[0].why
+        );
+    }
+}

@@ -136,3 +136,32 @@ pub fn load_inputs(paths: &[PathBuf]) -> Result<Loaded, ReportError> {
     }
     Ok(loaded)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn problem_keys_are_directories_relative_to_the_run() {
+        let root = Path::new("/r");
+        assert_eq!(
+            key_of(root, Path::new("/r/triton/rmsnorm/ref.jsonl")).as_deref(),
+            Some("triton/rmsnorm")
+        );
+        assert_eq!(key_of(root, Path::new("/r/x.jsonl")), None);
+    }
+
+    #[test]
+    fn an_input_without_traces_is_an_error_naming_it() {
+        let d = tempfile::tempdir().unwrap();
+        let err = load_inputs(&[d.path().to_path_buf()]).unwrap_err();
+        assert!(matches!(err, ReportError::NoTraces(_)), "{err}");
+        let err = load_inputs(&[d.path().join("missing")]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("neither a run directory nor a trace file"),
+            "{err}"
+        );
+    }
+}

@@ -619,3 +619,115 @@ impl Report {
         m
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn built_in_specs_are_found_by_a_word_of_the_device_name() {
+        assert_eq!(
+            builtin_spec_for(&["NVIDIA H200", "NVIDIA_H200"])
+                .unwrap()
+                .spec
+                .name,
+            "h200"
+        );
+        assert_eq!(
+            builtin_spec_for(&["AMD Instinct MI300X"])
+                .unwrap()
+                .spec
+                .name,
+            "mi300x"
+        );
+        assert!(builtin_spec_for(&["AMD EPYC", "CPU"]).is_none());
+        // A word, not a substring: an H2000 is no H200.
+        assert!(builtin_spec_for(&["Acme H2000"]).is_none());
+    }
+
+    #[test]
+    fn t_sol_is_the_larger_of_compute_and_fused_memory_time() {
+        let h200 = kg_solar::hardware::load("h200").unwrap().spec;
+        // 4.8 GB at 4800 GB/s is 1 ms; 989.5 GFLOP of bf16 at 989.5 TFLOP/s is 1 ms too.
+        let mut e = SolEntry {
+            tensor_flops: IndexMap::new(),
+            other_flops: 0,
+            bytes_fused: 4_800_000_000,
+        };
+        assert!((e.t_sol_ms(&h200).unwrap() - 1.0).abs() < 1e-12);
+        e.tensor_flops
+            .insert("bfloat16".into(), 2 * 989_500_000_000);
+        assert!((e.t_sol_ms(&h200).unwrap() - 2.0).abs() < 1e-12);
+        assert!((e.intensity().unwrap() - 2.0 * 989.5e9 / 4.8e9).abs() < 1e-9);
+    }
+
+    #[test]
+    fn rows_carry_reason_codes_and_geomeans_count_only_passed_workloads() {
+        let t = |uuid: &str, status: &str, speedup: f64| -> Trace {
+            let passed = status == "PASSED";
+            serde_json::from_value(serde_json::json!({
+                "definition": "d", "solution": "s",
+                "workload": {"uuid": uuid, "axes": {"n": 4}, "inputs": {}, "tolerance": {"max_atol": 0.01, "max_rtol": 0.01}},
+                "evaluation": {
+                    "status": status,
+                    "log": "\n--- stderr\nboom: the kernel crashed\nmore",
+                    "correctness": if passed { serde_json::json!({}) } else { serde_json::Value::Null },
+                    "performance": if passed { serde_json::json!({"latency_ms": 2.0, "reference_latency_ms": 2.0 * speedup, "speedup_factor": speedup}) } else { serde_json::Value::Null },
+                    "environment": {"hardware": "NVIDIA_H200", "device": {"kind": "cuda", "name": "NVIDIA H200"}},
+                    "retried": if passed { serde_json::Value::Null } else { serde_json::json!({"reason": "dual_clock", "first_attempt": "x"}) }
+                }
+            }))
+            .unwrap()
+        };
+        let entries = [
+            t("a", "PASSED", 2.0),
+            t("b", "PASSED", 8.0),
+            t("c", "RUNTIME_ERROR", 0.0),
+        ]
+        .into_iter()
+        .enumerate()
+        .map(|(i, trace)| Entry {
+            key: "p".into(),
+            file: "f.jsonl".into(),
+            line: i + 1,
+            trace,
+        })
+        .collect();
+        let mut sol = SolTable::default();
+        sol.insert(
+            "d",
+            "a",
+            SolEntry {
+                tensor_flops: IndexMap::new(),
+                other_flops: 1000,
+                bytes_fused: 4_800_000_000,
+            },
+        );
+        let r = Report::build(
+            Loaded {
+                entries,
+                ..Loaded::default()
+            },
+            &ReportOptions {
+                sol: Some(sol),
+                ..ReportOptions::default()
+            },
+        );
+        assert_eq!(r.devices.len(), 1);
+        assert_eq!(r.devices[0].spec.as_ref().unwrap().spec.name, "h200");
+        let failed = &r.rows[2];
+        assert_eq!(failed.reasons, ["RUNTIME_ERROR", "retried:dual_clock"]);
+        assert_eq!(failed.reason, "boom: the kernel crashed");
+        assert_eq!(failed.axes, "n=4");
+        // T_SOL 1 ms on the H200 against a 2 ms latency.
+        assert!((r.rows[0].frac_sol.unwrap() - 0.5).abs() < 1e-12);
+        assert!(r.rows[0].on_roofline() && !r.rows[1].on_roofline() && !failed.on_roofline());
+        assert_eq!((r.geomeans[0].passed, r.geomeans[0].total), (2, 3));
+        assert!((r.geomeans[0].geomean.unwrap() - 4.0).abs() < 1e-12);
+        let html = crate::html::render(&r);
+        assert_eq!(html.matches("<circle class=\"pt\"").count(), 1);
+        assert_eq!(html.matches("<tr id=\"row-").count(), 3);
+        assert!(html.contains(crate::html::CSP));
+    }
+}
