@@ -16,8 +16,10 @@ const EXIT_CODES: &str = "Exit codes:
   pick    0 picked, 1 none idle, 2 SMI error or bad input, 3 no GPU
   claim   CMD's exit code (128+signal if a signal ended it); if CMD never ran: 1 none idle,
           2 error (SMI failure, clocks required but not lockable, bad input), 3 no GPU,
-          4 device held by another process
-  status  0; 2 when the lock directory cannot be read";
+          4 device held by another process, 5 device needs recovery (`kg-gpu recover`)
+  status  0; 2 when the lock directory cannot be read
+  recover 0 recovered (or nothing to recover), 2 not verified (the evidence is kept),
+          4 device held by another process";
 
 /// Find, claim and own GPUs (NVIDIA through NVML, AMD through AMD SMI), with evidence.
 #[derive(Parser)]
@@ -58,9 +60,9 @@ enum Cmd {
     },
     /// Claim a device, run CMD with only that device visible and the claim evidence in
     /// the file named by KG_GPU_CLAIM, then release. Exit code: CMD's; if no command ran,
-    /// 1 none idle, 2 error, 3 no GPU, 4 device held by another process.
+    /// 1 none idle, 2 error, 3 no GPU, 4 device held by another process, 5 needs recovery.
     #[command(
-        after_help = "Exit codes:\n  CMD's exit code (128+signal if a signal ended it); if CMD never ran:\n  1  none idle\n  2  error (SMI failure, clocks required but not lockable, bad input)\n  3  no GPU\n  4  device held by another process"
+        after_help = "Exit codes:\n  CMD's exit code (128+signal if a signal ended it); if CMD never ran:\n  1  none idle\n  2  error (SMI failure, clocks required but not lockable, bad input)\n  3  no GPU\n  4  device held by another process\n  5  device needs recovery: a previous owner's cleanup or clock restore is unverified (`kg-gpu recover`)"
     )]
     Claim {
         #[command(flatten)]
@@ -73,7 +75,7 @@ enum Cmd {
         #[arg(long, requires = "lock_clocks")]
         require_clock_lock: bool,
         /// Claim this device (UUID, UUID prefix or PCI bus id) instead of picking one; it must
-        /// still pass the idleness thresholds.
+        /// still pass the idleness thresholds. Default: GPU_LOCK_UUID (a full UUID), if set.
         #[arg(long)]
         device: Option<String>,
         /// Keep the claim evidence JSON here (default: a temporary file).
@@ -86,6 +88,23 @@ enum Cmd {
     /// Show who holds which GPU lock, since when, and whether records are live or stale.
     #[command(after_help = "Exit codes:\n  0  shown\n  2  the lock directory cannot be read")]
     Status {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Clear a device's recovery evidence after redoing what it says is unverified: reset the
+    /// clocks, check the old process group is gone. Takes the device's L1 lock meanwhile.
+    #[command(
+        after_help = "Exit codes:\n  0  recovered, or nothing to recover\n  2  not verified (the evidence is kept) or bad input\n  4  device held by another process"
+    )]
+    Recover {
+        /// The device's full UUID (default: GPU_LOCK_UUID).
+        #[arg(long)]
+        device: Option<String>,
+        /// Clear what cannot be verified from here (another host's process group, an
+        /// unreadable file) instead of refusing.
+        #[arg(long)]
+        force: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -179,6 +198,11 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             cmd,
         ),
         Cmd::Status { json } => status(json),
+        Cmd::Recover {
+            device,
+            force,
+            json,
+        } => recover(device, force, json),
     }
 }
 
@@ -304,7 +328,16 @@ fn claim_cmd(
     req.pick = window.options()?;
     req.lock_clocks = lock_clocks;
     req.require_clock_lock = require_clock_lock;
-    req.device = device;
+    if let (Some(flag), Some(env)) = (&device, &req.device)
+        && flag != env
+    {
+        anyhow::bail!(
+            "--device {flag} and GPU_LOCK_UUID {env} name different devices; pass one of them"
+        );
+    }
+    if device.is_some() {
+        req.device = device;
+    }
     let claim = match Claim::acquire(req) {
         Ok(c) => c,
         Err(e) => {
@@ -337,6 +370,18 @@ fn claim_cmd(
         }
     };
     let outcome = kg_gpu::run_claimed(claim, &cmd, &path)?;
+    if let Some(rec) = outcome.recovery.as_ref() {
+        eprintln!(
+            "error: cleanup not verified; recovery evidence `{}` now blocks the next claim: {}",
+            rec.display(),
+            outcome
+                .recovery_pending
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+    }
     if outcome.evidence.clocks.restored == Some(false) {
         eprintln!(
             "error: clocks were NOT restored: {}",
@@ -352,15 +397,69 @@ fn tempfile_dir() -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
+fn recover(device: Option<String>, force: bool, json: bool) -> anyhow::Result<i32> {
+    let locks = lock::lock_env()?;
+    let uuid = match (device, locks.uuid) {
+        (Some(d), Some(e)) if d != e => {
+            anyhow::bail!("--device {d} and GPU_LOCK_UUID {e} name different devices")
+        }
+        (Some(d), _) | (None, Some(d)) => d,
+        (None, None) => anyhow::bail!("name the device: --device UUID (or GPU_LOCK_UUID)"),
+    };
+    anyhow::ensure!(
+        lock::is_full_uuid(&uuid),
+        "`{uuid}` is not a full device UUID; `kg-gpu status` lists the devices with recovery evidence"
+    );
+    let backends = BackendSelection::from_env()?;
+    match kg_gpu::recovery::recover(&locks.dir, &uuid, &backends, force) {
+        Ok(out) => {
+            if json {
+                println!("{}", serde_json::to_string_pretty(&out)?);
+            } else {
+                for a in &out.actions {
+                    println!("{a}");
+                }
+                if let Some(r) = &out.cleared {
+                    println!(
+                        "cleared recovery evidence `{}`: {}",
+                        out.path.display(),
+                        r.summary()
+                    );
+                }
+            }
+            Ok(0)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            Ok(match e {
+                kg_gpu::ClaimError::Lock(kg_gpu::LockError::Busy { .. }) => {
+                    kg_gpu::claim_exit::BUSY
+                }
+                _ => kg_gpu::claim_exit::ERROR,
+            })
+        }
+    }
+}
+
 fn status(json: bool) -> anyhow::Result<i32> {
     let dir = lock::lock_dir_from_env();
     let st = lock::status(&dir)?;
+    let rec = kg_gpu::recovery::list(&dir)?;
     if json {
-        let v = serde_json::json!({ "lock_dir": dir, "locks": st });
+        let v = serde_json::json!({ "lock_dir": dir, "locks": st, "recovery": rec });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(0);
     }
     println!("lock dir {}", dir.display());
+    for r in &rec {
+        println!(
+            "{} NEEDS RECOVERY: {}\n    evidence `{}`; clear with `kg-gpu recover --device {}`",
+            r.uuid,
+            r.summary,
+            r.path.display(),
+            r.uuid
+        );
+    }
     if st.is_empty() {
         println!("no locks");
     }

@@ -42,6 +42,9 @@ impl Env {
         c.env("KG_GPU_BACKEND", "fake")
             .env("KG_GPU_FAKE", self.path("scenario.json"))
             .env("KG_GPU_LOCK_DIR", self.path("locks"))
+            .env_remove("GPU_LOCK_DIR")
+            .env_remove("GPU_LOCK_UUID")
+            .env_remove("KG_GPU_UUID")
             .env_remove("CUDA_VISIBLE_DEVICES");
         c
     }
@@ -218,25 +221,198 @@ fn holder_death_frees_the_lock_and_leaves_a_stale_record() {
     let text = String::from_utf8_lossy(&e.run(&["status"]).stdout).into_owned();
     assert!(text.contains("STALE"), "{text}");
 
-    // The lock is free again: a new claim succeeds and records the stale owner.
+    // The lock is free again, but the dead owner never restored its clocks: its recovery
+    // evidence blocks the next claim, with the command that clears it.
+    assert_eq!(st["recovery"].as_array().unwrap().len(), 1, "{st}");
+    assert!(text.contains("NEEDS RECOVERY"), "{text}");
     let evidence = e.path("second.json");
+    let claim = |e: &Env| {
+        e.run(&[
+            "claim",
+            "--samples",
+            "1",
+            "--interval",
+            "0",
+            "--evidence",
+            evidence.to_str().unwrap(),
+            "--",
+            "true",
+        ])
+    };
+    let out = claim(&e);
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("needs recovery")
+            && err.contains("restore was never confirmed")
+            && err.contains(&format!("pid {owner_pid}"))
+            && err.contains("kg-gpu recover --device GPU-11111111-2222-3333-4444-555555555555"),
+        "{err}"
+    );
+    assert!(!evidence.exists(), "the command must not run");
+
+    let out = e.run(&["recover", "--device", UUID]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let journal = std::fs::read_to_string(e.path("journal.txt")).unwrap();
+    assert_eq!(
+        journal.lines().last(),
+        Some(format!("reset {UUID}").as_str())
+    );
+    assert!(e.status()["recovery"].as_array().unwrap().is_empty());
+    let out = claim(&e);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let ev: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&evidence).unwrap()).unwrap();
+    assert!(ev["finished_utc"].is_string());
+}
+
+const UUID: &str = "GPU-11111111-2222-3333-4444-555555555555";
+
+#[test]
+fn a_failed_clock_restore_blocks_the_next_owner_until_recovered() {
+    let e = Env::new("reset-fails");
     let out = e.run(&[
         "claim",
         "--samples",
         "1",
         "--interval",
         "0",
-        "--evidence",
-        evidence.to_str().unwrap(),
+        "--lock-clocks",
+        "max",
         "--",
         "true",
     ]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let ev: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&evidence).unwrap()).unwrap();
-    assert_eq!(ev["stale_previous_owner"]["pid"], owner_pid);
-    assert_eq!(ev["stale_previous_owner"]["clocks_locked"], true);
-    assert!(ev["finished_utc"].is_string());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("recovery evidence"), "{err}");
+    let rec = &e.status()["recovery"][0];
+    assert_eq!(rec["record"]["pending"][0]["kind"], "clock-restore");
+    assert!(
+        rec["record"]["pending"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("reset fails"),
+        "{rec}"
+    );
+    let out = e.run(&["claim", "--samples", "1", "--interval", "0", "--", "true"]);
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    // The reset still fails: recover refuses and keeps the evidence.
+    let out = e.run(&["recover", "--device", UUID]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is kept"));
+    assert_eq!(e.status()["recovery"].as_array().unwrap().len(), 1);
+    // An index or prefix is not accepted as the device to recover.
+    let out = e.run(&["recover", "--device", "GPU-1111"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
+
+#[test]
+fn leftovers_in_the_child_group_are_ended_before_the_claim_is_released() {
+    let e = Env::new("ok");
+    let bg = e.path("bg.pid");
+    let script = format!("sleep 60 & echo $! > {}", bg.display());
+    let out = e.run(&[
+        "claim",
+        "--samples",
+        "1",
+        "--interval",
+        "0",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let pid = std::fs::read_to_string(&bg).unwrap();
+    let alive = Path::new(&format!("/proc/{}", pid.trim())).exists()
+        && !std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()))
+            .unwrap_or_default()
+            .contains(") Z");
+    assert!(!alive, "the background sleep {pid} outlived the claim");
+    assert!(e.status()["recovery"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn port_lock_variables_name_the_directory_and_device() {
+    let e = Env::new("ok");
+    let port_dir = e.path("port-locks");
+    let env_file = e.path("child-env.txt");
+    let out = e
+        .cmd()
+        .env_remove("KG_GPU_LOCK_DIR")
+        .env("GPU_LOCK_DIR", &port_dir)
+        .env("GPU_LOCK_UUID", UUID)
+        .args([
+            "claim",
+            "--samples",
+            "1",
+            "--interval",
+            "0",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg(format!("env > {}", env_file.display()))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        port_dir
+            .join(format!("gpu-{UUID}.L1-ownership.lock"))
+            .exists(),
+        "the L1 lock is in GPU_LOCK_DIR"
+    );
+    assert!(
+        !e.path("locks").exists(),
+        "nothing in the default/alias dir"
+    );
+    let env = std::fs::read_to_string(&env_file).unwrap();
+    for want in [
+        format!("GPU_LOCK_DIR={}", port_dir.display()),
+        format!("GPU_LOCK_UUID={UUID}"),
+        format!(
+            "KG_GPU_L2_LOCK={}",
+            port_dir
+                .join(format!("gpu-{UUID}.L2-execution.lock"))
+                .display()
+        ),
+    ] {
+        assert!(env.lines().any(|l| l == want), "missing {want} in {env}");
+    }
+
+    // Not a full UUID (an index, a prefix): refused before anything is locked.
+    for bad in ["0", "GPU-11111111"] {
+        let out = e
+            .cmd()
+            .env("GPU_LOCK_DIR", &port_dir)
+            .env_remove("KG_GPU_LOCK_DIR")
+            .env("GPU_LOCK_UUID", bad)
+            .args(["claim", "--samples", "1", "--interval", "0", "--", "true"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("not a full device UUID"), "{err}");
+    }
+    // A full UUID needs an explicit directory.
+    let out = e
+        .cmd()
+        .env_remove("KG_GPU_LOCK_DIR")
+        .env("GPU_LOCK_UUID", UUID)
+        .args(["claim", "--samples", "1", "--interval", "0", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("set GPU_LOCK_DIR"));
+    // The old index-based variables are refused.
+    let out = e
+        .cmd()
+        .env("SOL_EXECBENCH_GPU_LOCK_DIR", "/tmp/old")
+        .args(["claim", "--samples", "1", "--interval", "0", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("index-based"));
 }
 
 #[test]
@@ -345,11 +521,12 @@ fn help_lists_every_subcommands_exit_codes() {
         "Exit codes:",
         "pick    0 picked, 1 none idle",
         "4 device held by another process",
+        "5 device needs recovery",
         "status  0",
     ] {
         assert!(h.contains(want), "missing {want:?} in: {h}");
     }
-    for sub in ["list", "pick", "claim", "status"] {
+    for sub in ["list", "pick", "claim", "status", "recover"] {
         let o = Command::new(BIN).args([sub, "--help"]).output().unwrap();
         assert_eq!(o.status.code(), Some(0), "{sub}");
         let h = String::from_utf8_lossy(&o.stdout);

@@ -1,7 +1,7 @@
 //! Claims: pick (or name) a device, take its L1 lock, optionally lock clocks, and hand back
 //! evidence; releasing (and restoring clocks) when the claim ends.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use kg_contract::{ClaimClocks, ClaimLocks, GpuClaim, IdlenessBasis, LockOwner};
@@ -12,6 +12,7 @@ use crate::env;
 use crate::error::{ClaimError, ClockError, LockError};
 use crate::lock::{self, HeldLock, Level, LockState};
 use crate::pick::{self, Candidate, PickOptions, PickOutcome};
+use crate::recovery::{self, Pending, RecoveryRecord};
 use crate::sys;
 
 /// Ordered environment additions for a child.
@@ -74,15 +75,18 @@ pub struct ClaimRequest {
 }
 
 impl ClaimRequest {
-    /// A request with defaults from the environment (`KG_GPU_BACKEND`, `KG_GPU_LOCK_DIR`).
+    /// A request with defaults from the environment: `KG_GPU_BACKEND`, and the lock
+    /// settings of [`lock::lock_env`] (`GPU_LOCK_DIR`, `GPU_LOCK_UUID` and their `KG_*`
+    /// aliases; a UUID given there becomes [`ClaimRequest::device`]).
     pub fn from_env(command: Vec<String>) -> Result<ClaimRequest, ClaimError> {
+        let locks = lock::lock_env()?;
         Ok(ClaimRequest {
             backends: BackendSelection::from_env()?,
-            device: None,
+            device: locks.uuid,
             pick: PickOptions::default(),
             lock_clocks: None,
             require_clock_lock: false,
-            lock_dir: lock::lock_dir_from_env(),
+            lock_dir: locks.dir,
             command,
         })
     }
@@ -96,6 +100,8 @@ pub struct Claim {
     smi_index: u32,
     l1: Option<HeldLock>,
     evidence: GpuClaim,
+    /// What this owner has not verified yet; mirrored in the recovery file while non-empty.
+    pending: Vec<Pending>,
 }
 
 fn matches(spec: &str, info: &crate::device::DeviceInfo) -> bool {
@@ -174,6 +180,18 @@ impl Claim {
         };
         let mut last_busy = None;
         for cand in idle {
+            // Checked before L1 is taken so the previous owner's stale record stays as it was;
+            // the evidence is only ever written under L1, so a free L1 with evidence means a
+            // finished owner that could not verify its cleanup.
+            let marker = recovery::marker_path(&req.lock_dir, &cand.device.uuid);
+            if let Some(m) = recovery::read(&marker) {
+                last_busy = Some(ClaimError::RecoveryRequired {
+                    uuid: cand.device.uuid.clone(),
+                    path: marker,
+                    summary: m.summary(),
+                });
+                continue;
+            }
             let path = lock::lock_path(&req.lock_dir, &cand.device.uuid, Level::L1Ownership);
             let owner = lock::owner_record(&cand.device.uuid, Level::L1Ownership, &req.command);
             match HeldLock::try_acquire(&path, Level::L1Ownership, &owner) {
@@ -182,20 +200,25 @@ impl Claim {
                     let smi_index = cand.device.smi_index;
                     let (evidence, l1) =
                         Self::finish_acquire(&mut discovery, &req, cand, l1, owner, stale)?;
+                    let pending = if evidence.clocks.locked {
+                        vec![Pending::ClockRestore { error: None }]
+                    } else {
+                        Vec::new()
+                    };
                     return Ok(Claim {
                         discovery,
                         backend,
                         smi_index,
                         l1: Some(l1),
                         evidence,
+                        pending,
                     });
                 }
-                Err(e @ LockError::Busy { .. }) => last_busy = Some(e),
+                Err(e @ LockError::Busy { .. }) => last_busy = Some(ClaimError::Lock(e)),
                 Err(e) => return Err(e.into()),
             }
         }
         Err(last_busy
-            .map(ClaimError::Lock)
             .unwrap_or_else(|| ClaimError::NoneIdle("no candidate could be locked".into())))
     }
 
@@ -235,9 +258,14 @@ impl Claim {
                 ClockRequest::Mhz(m) => Ok(m),
             };
             // Record the duty to restore before touching the clocks, so a crash in between
-            // leaves a stale record that says so.
+            // leaves a stale record and recovery evidence that block the next owner.
             owner.clocks_locked = true;
             l1.update(&owner)?;
+            let marker = recovery::marker_path(&req.lock_dir, &d.uuid);
+            recovery::store(
+                &marker,
+                &recovery_record(&d.uuid, &owner, vec![Pending::ClockRestore { error: None }]),
+            )?;
             let result = target.and_then(|mhz| {
                 discovery
                     .backend_mut(backend)
@@ -251,8 +279,10 @@ impl Claim {
                     clocks.locked_sm_mhz = Some(mhz);
                 }
                 Err(e) => {
+                    // The lock call failed, so nothing is owed; the evidence goes too.
                     owner.clocks_locked = false;
                     l1.update(&owner)?;
+                    recovery::remove(&marker)?;
                     if req.require_clock_lock {
                         return Err(ClaimError::Clocks(e));
                     }
@@ -322,7 +352,8 @@ impl Claim {
     }
 
     /// Environment for a child that must see only this device (visibility variables, and
-    /// `KG_GPU_UUID`, `KG_GPU_LOCK_DIR`, `KG_GPU_L2_LOCK`). The child then uses index 0.
+    /// `KG_GPU_UUID`, `KG_GPU_LOCK_DIR`, `KG_GPU_L2_LOCK`, and the port's `GPU_LOCK_UUID`,
+    /// `GPU_LOCK_DIR`). The child then uses index 0.
     pub fn child_env(&self) -> Env {
         let mut v: Env = self
             .evidence
@@ -332,6 +363,9 @@ impl Claim {
             .collect();
         v.push((env::KG_GPU_UUID.into(), self.evidence.uuid.clone()));
         v.push((env::KG_GPU_LOCK_DIR.into(), self.evidence.locks.dir.clone()));
+        // The port's names, so its container workers find the same L2 lock.
+        v.push((env::GPU_LOCK_UUID.into(), self.evidence.uuid.clone()));
+        v.push((env::GPU_LOCK_DIR.into(), self.evidence.locks.dir.clone()));
         v.push((env::KG_GPU_L2_LOCK.into(), self.evidence.locks.l2.clone()));
         v
     }
@@ -341,6 +375,13 @@ impl Claim {
     pub fn finish(mut self) -> GpuClaim {
         self.end();
         self.evidence.clone()
+    }
+
+    /// As [`Claim::finish`], also returning what is left unverified (kept in the recovery
+    /// file).
+    pub fn finish_keeping_pending(mut self) -> (GpuClaim, Vec<Pending>) {
+        self.end();
+        (self.evidence.clone(), self.pending.clone())
     }
 
     fn end(&mut self) {
@@ -362,15 +403,21 @@ impl Claim {
                 .backend_mut(self.backend)
                 .ok_or_else(|| ClockError::Failed("backend gone".into()))
                 .and_then(|b| b.reset_clocks(self.smi_index));
+            self.pending
+                .retain(|p| !matches!(p, Pending::ClockRestore { .. }));
             match r {
                 Ok(()) => self.evidence.clocks.restored = Some(true),
                 Err(e) => {
                     tracing::error!(error = %e, "failed to restore clocks");
                     self.evidence.clocks.restored = Some(false);
                     self.evidence.clocks.reason = Some(format!("restore failed: {e}"));
+                    self.pending.push(Pending::ClockRestore {
+                        error: Some(e.to_string()),
+                    });
                 }
             }
         }
+        self.store_pending();
         self.evidence.finished_utc = Some(sys::now_utc());
         if let Some(l1) = self.l1.take() {
             if self.evidence.clocks.restored == Some(false) {
@@ -380,6 +427,47 @@ impl Claim {
                 tracing::warn!(error = %e, "failed to release the L1 lock cleanly");
             }
         }
+    }
+}
+
+impl Claim {
+    /// Records that the claimed command's process group could not be verified gone: the
+    /// recovery evidence then blocks the next owner (see [`crate::recovery`]).
+    pub fn mark_cleanup_unverified(&mut self, pgid: i32, survivors: Vec<u32>) {
+        self.pending.push(Pending::ChildCleanup { pgid, survivors });
+        self.store_pending();
+    }
+
+    /// The recovery file of this claim's device.
+    pub fn recovery_path(&self) -> PathBuf {
+        recovery::marker_path(Path::new(&self.evidence.locks.dir), &self.evidence.uuid)
+    }
+
+    /// Whether this claim has left (or will leave) recovery evidence.
+    pub fn recovery_pending(&self) -> &[Pending] {
+        &self.pending
+    }
+
+    fn store_pending(&self) {
+        let path = self.recovery_path();
+        let rec = recovery_record(
+            &self.evidence.uuid,
+            &self.evidence.owner,
+            self.pending.clone(),
+        );
+        if let Err(e) = recovery::store(&path, &rec) {
+            tracing::error!(error = %e, "failed to update the recovery evidence");
+        }
+    }
+}
+
+fn recovery_record(uuid: &str, owner: &LockOwner, pending: Vec<Pending>) -> RecoveryRecord {
+    RecoveryRecord {
+        schema_version: recovery::SCHEMA_VERSION,
+        uuid: uuid.to_string(),
+        owner: owner.clone(),
+        written_utc: sys::now_utc(),
+        pending,
     }
 }
 

@@ -1,6 +1,19 @@
 //! Every environment variable kg-gpu reads or sets, in one place.
 
-/// Lock directory. Default: `$XDG_RUNTIME_DIR/kernelgate/gpu-locks` when `XDG_RUNTIME_DIR` is
+/// The SOL ExecBench ROCm port's name for the lock directory; read before [`KG_GPU_LOCK_DIR`]
+/// (its alias) and set for a claimed child. Both set to different directories is refused.
+pub const GPU_LOCK_DIR: &str = "GPU_LOCK_DIR";
+
+/// The port's name for the device to own: the full SMI UUID (never an index or a prefix).
+/// [`KG_GPU_UUID`] is its alias. When set, the lock directory must be explicit too.
+pub const GPU_LOCK_UUID: &str = "GPU_LOCK_UUID";
+
+/// The port's old index-based lock variables (`gpu-<index>.lock`), refused: index locks and
+/// UUID locks do not exclude each other, so the two schemes must never run at once.
+pub const OLD_INDEX_LOCK_VARS: [&str; 2] =
+    ["SOL_EXECBENCH_GPU_LOCK_DIR", "SOL_EXECBENCH_GPU_LOCK_FD"];
+
+/// Lock directory (alias of [`GPU_LOCK_DIR`]). Default: `$XDG_RUNTIME_DIR/kernelgate/gpu-locks` when `XDG_RUNTIME_DIR` is
 /// set, else `/tmp/kernelgate-gpu-locks-<uid>`. Every process that must exclude another from a
 /// GPU has to use the same directory: set it machine-wide when several users share GPUs.
 pub const KG_GPU_LOCK_DIR: &str = "KG_GPU_LOCK_DIR";
@@ -13,7 +26,8 @@ pub const KG_GPU_BACKEND: &str = "KG_GPU_BACKEND";
 /// ([`kg_contract::GpuClaim`]).
 pub const KG_GPU_CLAIM: &str = "KG_GPU_CLAIM";
 
-/// Set by `kg-gpu claim` in the child's environment: the claimed device's UUID.
+/// Set by `kg-gpu claim` in the child's environment: the claimed device's UUID. Read as an
+/// alias of [`GPU_LOCK_UUID`].
 pub const KG_GPU_UUID: &str = "KG_GPU_UUID";
 
 /// Set by `kg-gpu claim` in the child's environment: the L2 execution lock file the child

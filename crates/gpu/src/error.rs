@@ -83,6 +83,9 @@ pub enum LockError {
         /// Seconds waited.
         waited_s: f64,
     },
+    /// The lock environment is not usable.
+    #[error(transparent)]
+    Env(#[from] EnvError),
     /// A file operation failed.
     #[error("failed to {action} lock file `{}`: {source}; check KG_GPU_LOCK_DIR", path.display())]
     Io {
@@ -92,6 +95,52 @@ pub enum LockError {
         path: PathBuf,
         /// The OS error.
         source: std::io::Error,
+    },
+}
+
+/// The lock environment (`GPU_LOCK_DIR`, `GPU_LOCK_UUID` and their `KG_*` aliases) is not
+/// usable as the SOL ExecBench ROCm port specifies it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnvError {
+    /// A variable and its alias name different values.
+    #[error(
+        "{name} is `{value}` but its alias {alias_name} is `{alias}`; set one of them, or both to the same value"
+    )]
+    Conflict {
+        /// The port's name.
+        name: &'static str,
+        /// Its value.
+        value: String,
+        /// The `KG_*` alias.
+        alias_name: &'static str,
+        /// The alias's value.
+        alias: String,
+    },
+    /// `GPU_LOCK_UUID` is not a full device UUID (an index, a prefix, a PCI id).
+    #[error(
+        "{var} is `{value}`, which is not a full device UUID (8-4-4-4-12 hex digits, optionally after `GPU-`, as `kg-gpu list` prints it); indices and prefixes are refused"
+    )]
+    NotFullUuid {
+        /// The variable read.
+        var: &'static str,
+        /// Its value.
+        value: String,
+    },
+    /// `GPU_LOCK_UUID` was given without an explicit lock directory.
+    #[error(
+        "{var} is set but no lock directory is: set GPU_LOCK_DIR (or KG_GPU_LOCK_DIR) explicitly, to the directory every process sharing the device uses"
+    )]
+    DirRequired {
+        /// The UUID variable that was set.
+        var: &'static str,
+    },
+    /// An old index-based lock variable is set.
+    #[error(
+        "{var} is set: the old index-based GPU locks are refused because they do not exclude UUID locks; unset it and use GPU_LOCK_DIR and GPU_LOCK_UUID (in a coordinated idle window)"
+    )]
+    OldIndexVariable {
+        /// The variable.
+        var: &'static str,
     },
 }
 
@@ -127,4 +176,27 @@ pub enum ClaimError {
     /// Writing the evidence failed.
     #[error("failed to write claim evidence: {0}")]
     Evidence(#[from] kg_contract::ContractError),
+    /// The lock environment is not usable.
+    #[error(transparent)]
+    Env(#[from] EnvError),
+    /// A previous owner left recovery evidence: its cleanup or clock restore is unverified.
+    #[error("device {uuid} needs recovery before anyone may claim it: {summary}; evidence `{}`; run `kg-gpu recover --device {uuid}` (resets the clocks, checks the old process group is gone, then removes the evidence)", path.display())]
+    RecoveryRequired {
+        /// Device UUID.
+        uuid: String,
+        /// The recovery file.
+        path: PathBuf,
+        /// What is pending, and who left it.
+        summary: String,
+    },
+    /// `kg-gpu recover` could not verify what the evidence says is pending; it is kept.
+    #[error("failed to recover device {uuid}: {reason}; the evidence `{}` is kept", path.display())]
+    RecoveryFailed {
+        /// Device UUID.
+        uuid: String,
+        /// The recovery file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
 }

@@ -25,7 +25,8 @@ pub struct Scenario {
     /// query fails.
     #[serde(default)]
     pub fail: Option<String>,
-    /// `ok` (default), `no-permission` or `unsupported`.
+    /// `ok` (default), `no-permission`, `unsupported`, or `reset-fails` (locking works, the
+    /// restore fails).
     #[serde(default)]
     pub clock_lock: Option<String>,
     /// File that clock operations are appended to (`lock <uuid> <mhz>`, `reset <uuid>`).
@@ -192,7 +193,7 @@ impl Backend for FakeBackend {
             .uuid
             .clone();
         match self.scenario.clock_lock.as_deref() {
-            None | Some("ok") => self.journal(&format!("lock {uuid} {mhz}")),
+            None | Some("ok") | Some("reset-fails") => self.journal(&format!("lock {uuid} {mhz}")),
             Some("no-permission") => Err(ClockError::NoPermission(
                 "fake: scenario denies permission".into(),
             )),
@@ -208,6 +209,11 @@ impl Backend for FakeBackend {
             .map_err(|e| ClockError::Failed(e.to_string()))?
             .uuid
             .clone();
+        if self.scenario.clock_lock.as_deref() == Some("reset-fails") {
+            return Err(ClockError::Failed(
+                "fake: scenario says the reset fails".into(),
+            ));
+        }
         self.journal(&format!("reset {uuid}"))
     }
 }

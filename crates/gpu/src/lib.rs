@@ -60,13 +60,14 @@ pub mod lock;
 pub mod mapping;
 pub mod nvml;
 pub mod pick;
+pub mod recovery;
 pub mod run;
 pub mod sys;
 
 pub use backend::{Backend, BackendSelection, BackendState, BackendStatus, Discovery, Found};
 pub use claim::{Claim, ClaimRequest, ClockRequest};
 pub use device::{Clocks, DeviceInfo, IndexBasis, ProcessUse, Sample, Vendor};
-pub use error::{BackendError, ClaimError, ClockError, LockError};
+pub use error::{BackendError, ClaimError, ClockError, EnvError, LockError};
 pub use lock::{ExecutionLock, LockState, LockStatus};
 pub use pick::{PickOptions, PickOutcome, PickReport};
 pub use run::{RunError, RunOutcome, run_claimed};
@@ -81,6 +82,9 @@ pub mod claim_exit {
     pub const NO_GPU: i32 = 3;
     /// The device is held by another process.
     pub const BUSY: i32 = 4;
+    /// A previous owner left recovery evidence (unverified cleanup or clock restore); see
+    /// `kg-gpu recover`.
+    pub const RECOVERY: i32 = 5;
 }
 
 impl ClaimError {
@@ -90,6 +94,7 @@ impl ClaimError {
             ClaimError::NoneIdle(_) => claim_exit::NONE_IDLE,
             ClaimError::NoGpu(_) => claim_exit::NO_GPU,
             ClaimError::Lock(LockError::Busy { .. }) => claim_exit::BUSY,
+            ClaimError::RecoveryRequired { .. } => claim_exit::RECOVERY,
             _ => claim_exit::ERROR,
         }
     }

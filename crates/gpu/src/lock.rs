@@ -22,7 +22,7 @@ use kg_contract::LockOwner;
 use serde::Serialize;
 
 use crate::env;
-use crate::error::LockError;
+use crate::error::{EnvError, LockError};
 use crate::sys;
 
 /// The default lock directory: `$XDG_RUNTIME_DIR/kernelgate/gpu-locks`, else
@@ -34,12 +34,147 @@ pub fn default_lock_dir() -> PathBuf {
     }
 }
 
-/// `KG_GPU_LOCK_DIR`, else [`default_lock_dir`].
-pub fn lock_dir_from_env() -> PathBuf {
-    match std::env::var_os(env::KG_GPU_LOCK_DIR) {
-        Some(d) if !d.is_empty() => PathBuf::from(d),
-        _ => default_lock_dir(),
+/// Where the lock directory came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum DirSource {
+    /// `GPU_LOCK_DIR` (the port's name).
+    #[serde(rename = "GPU_LOCK_DIR")]
+    GpuLockDir,
+    /// `KG_GPU_LOCK_DIR` (its alias).
+    #[serde(rename = "KG_GPU_LOCK_DIR")]
+    KgGpuLockDir,
+    /// Neither was set: [`default_lock_dir`].
+    #[serde(rename = "default")]
+    Default,
+}
+
+/// The lock settings read from the environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockEnv {
+    /// Lock directory.
+    pub dir: PathBuf,
+    /// Where it came from.
+    pub dir_source: DirSource,
+    /// The device to own (`GPU_LOCK_UUID` or `KG_GPU_UUID`), a full UUID.
+    pub uuid: Option<String>,
+}
+
+/// Whether `s` is a full device UUID: 8-4-4-4-12 hex digits (AMD SMI's form), optionally after
+/// `GPU-` (NVML's form). An index, a prefix or a PCI bus id is not.
+pub fn is_full_uuid(s: &str) -> bool {
+    let body = s.strip_prefix("GPU-").unwrap_or(s);
+    let groups: Vec<&str> = body.split('-').collect();
+    groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(g, n)| g.len() == n && g.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
+/// The value of the port's variable `name`, or of its `KG_*` alias; both set differently is
+/// refused. Empty counts as unset.
+fn aliased(
+    get: &dyn Fn(&str) -> Option<String>,
+    name: &'static str,
+    alias_name: &'static str,
+) -> Result<Option<(String, bool)>, EnvError> {
+    let read = |n: &str| get(n).filter(|v| !v.is_empty());
+    match (read(name), read(alias_name)) {
+        (Some(value), Some(alias)) if value != alias => Err(EnvError::Conflict {
+            name,
+            value,
+            alias_name,
+            alias,
+        }),
+        (Some(v), _) => Ok(Some((v, true))),
+        (None, Some(a)) => Ok(Some((a, false))),
+        (None, None) => Ok(None),
     }
+}
+
+/// Reads the lock settings through `get` (the process environment in [`lock_env`]):
+/// `GPU_LOCK_DIR` (alias `KG_GPU_LOCK_DIR`) and `GPU_LOCK_UUID` (alias `KG_GPU_UUID`). As the
+/// port requires, a device named this way must be a full UUID and comes with an explicit lock
+/// directory; the old index-based variables are refused. Without any of them the directory is
+/// [`default_lock_dir`].
+pub fn lock_env_with(get: &dyn Fn(&str) -> Option<String>) -> Result<LockEnv, EnvError> {
+    if let Some(var) = env::OLD_INDEX_LOCK_VARS
+        .into_iter()
+        .find(|v| get(v).is_some_and(|x| !x.is_empty()))
+    {
+        return Err(EnvError::OldIndexVariable { var });
+    }
+    let dir = aliased(get, env::GPU_LOCK_DIR, env::KG_GPU_LOCK_DIR)?;
+    let uuid = aliased(get, env::GPU_LOCK_UUID, env::KG_GPU_UUID)?;
+    let uuid = match uuid {
+        Some((u, port)) => {
+            let var = if port {
+                env::GPU_LOCK_UUID
+            } else {
+                env::KG_GPU_UUID
+            };
+            if !is_full_uuid(&u) {
+                return Err(EnvError::NotFullUuid { var, value: u });
+            }
+            if dir.is_none() {
+                return Err(EnvError::DirRequired { var });
+            }
+            Some(u)
+        }
+        None => None,
+    };
+    let (dir, dir_source) = match dir {
+        Some((d, true)) => (PathBuf::from(d), DirSource::GpuLockDir),
+        Some((d, false)) => (PathBuf::from(d), DirSource::KgGpuLockDir),
+        None => (default_lock_dir(), DirSource::Default),
+    };
+    Ok(LockEnv {
+        dir,
+        dir_source,
+        uuid,
+    })
+}
+
+/// [`lock_env_with`] on the process environment.
+pub fn lock_env() -> Result<LockEnv, EnvError> {
+    lock_env_with(&|n| std::env::var(n).ok())
+}
+
+/// The lock directory only, never failing: `GPU_LOCK_DIR`, else `KG_GPU_LOCK_DIR`, else
+/// [`default_lock_dir`]. Callers that claim should use [`lock_env`], which refuses what the
+/// port refuses.
+pub fn lock_dir_from_env() -> PathBuf {
+    [env::GPU_LOCK_DIR, env::KG_GPU_LOCK_DIR]
+        .into_iter()
+        .find_map(|n| std::env::var_os(n).filter(|d| !d.is_empty()))
+        .map(PathBuf::from)
+        .unwrap_or_else(default_lock_dir)
+}
+
+/// The L2 execution lock a borrower of the claim described by `get` contends for:
+/// `KG_GPU_L2_LOCK` when set, else `gpu-<UUID>.L2-execution.lock` in the lock directory when
+/// both are named (`GPU_LOCK_DIR` + `GPU_LOCK_UUID`, as the port's native owner exports them,
+/// or their aliases). Returns the path and the device UUID.
+pub fn l2_from(
+    get: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<(PathBuf, String)>, EnvError> {
+    let uuid = aliased(get, env::GPU_LOCK_UUID, env::KG_GPU_UUID)?.map(|(u, _)| u);
+    if let Some(p) = get(env::KG_GPU_L2_LOCK).filter(|p| !p.is_empty()) {
+        return Ok(Some((PathBuf::from(p), uuid.unwrap_or_default())));
+    }
+    let dir = aliased(get, env::GPU_LOCK_DIR, env::KG_GPU_LOCK_DIR)?.map(|(d, _)| d);
+    Ok(match (dir, uuid) {
+        (Some(d), Some(u)) => {
+            if !is_full_uuid(&u) {
+                return Err(EnvError::NotFullUuid {
+                    var: env::GPU_LOCK_UUID,
+                    value: u,
+                });
+            }
+            Some((lock_path(Path::new(&d), &u, Level::L2Execution), u))
+        }
+        _ => None,
+    })
 }
 
 /// Lock level.
@@ -296,19 +431,13 @@ pub struct ExecutionLock {
 }
 
 impl ExecutionLock {
-    /// Takes the L2 lock named by `KG_GPU_L2_LOCK` (set by `kg-gpu claim`), waiting up to
-    /// `KG_GPU_L2_TIMEOUT` seconds (default 600).
+    /// Takes the L2 lock a borrower of the enclosing claim contends for ([`l2_from`]:
+    /// `KG_GPU_L2_LOCK`, or `GPU_LOCK_DIR` + `GPU_LOCK_UUID`), waiting up to [`l2_timeout`].
     pub fn from_env(command: &[String]) -> Result<Option<ExecutionLock>, LockError> {
-        let Some(path) = std::env::var_os(env::KG_GPU_L2_LOCK).map(PathBuf::from) else {
+        let Some((path, uuid)) = l2_from(&|n| std::env::var(n).ok())? else {
             return Ok(None);
         };
-        let timeout = std::env::var(env::KG_GPU_L2_TIMEOUT)
-            .ok()
-            .and_then(|s| s.parse::<f64>().ok())
-            .filter(|s| *s >= 0.0)
-            .unwrap_or(600.0);
-        let uuid = std::env::var(env::KG_GPU_UUID).unwrap_or_default();
-        Self::acquire(&path, &uuid, command, Duration::from_secs_f64(timeout)).map(Some)
+        Self::acquire(&path, &uuid, command, l2_timeout()).map(Some)
     }
 
     /// Takes an L2 lock file, waiting up to `timeout`.
@@ -327,6 +456,16 @@ impl ExecutionLock {
     pub fn path(&self) -> &Path {
         self.held.path()
     }
+}
+
+/// How long a borrower waits for L2: `KG_GPU_L2_TIMEOUT` seconds, default 600.
+pub fn l2_timeout() -> Duration {
+    let s = std::env::var(env::KG_GPU_L2_TIMEOUT)
+        .ok()
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .unwrap_or(600.0);
+    Duration::from_secs_f64(s)
 }
 
 /// State of one lock file, as `kg-gpu status` reports it.
@@ -462,6 +601,82 @@ mod tests {
         let me = owner_record("GPU-x", Level::L1Ownership, &[]);
         let (_held, stale) = HeldLock::try_acquire(&path, Level::L1Ownership, &me).unwrap();
         assert_eq!(stale.unwrap().pid, 999_999_999);
+    }
+
+    fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: std::collections::HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |n| m.get(n).cloned()
+    }
+
+    const AMD_UUID: &str = "8aff74a1-0000-1000-80ea-f6c8f2a1a0a1";
+
+    #[test]
+    fn port_lock_dir_alone_is_honoured_and_alias_conflicts_are_refused() {
+        let e = lock_env_with(&vars(&[("GPU_LOCK_DIR", "/x/locks")])).unwrap();
+        assert_eq!(e.dir, PathBuf::from("/x/locks"));
+        assert_eq!(e.dir_source, DirSource::GpuLockDir);
+        let e = lock_env_with(&vars(&[("KG_GPU_LOCK_DIR", "/y")])).unwrap();
+        assert_eq!(
+            (e.dir, e.dir_source),
+            (PathBuf::from("/y"), DirSource::KgGpuLockDir)
+        );
+        let same = vars(&[("GPU_LOCK_DIR", "/x"), ("KG_GPU_LOCK_DIR", "/x")]);
+        assert_eq!(lock_env_with(&same).unwrap().dir, PathBuf::from("/x"));
+        let err =
+            lock_env_with(&vars(&[("GPU_LOCK_DIR", "/x"), ("KG_GPU_LOCK_DIR", "/y")])).unwrap_err();
+        assert!(matches!(err, EnvError::Conflict { .. }), "{err}");
+        assert_eq!(
+            lock_env_with(&vars(&[])).unwrap().dir_source,
+            DirSource::Default
+        );
+    }
+
+    #[test]
+    fn lock_uuid_must_be_full_and_needs_an_explicit_dir() {
+        for bad in [
+            "0",
+            "GPU-1111",
+            "8aff74a1",
+            "0000:19:00.0",
+            "8aff74a1-0000-1000-80ea-f6c8f2a1a0a",
+        ] {
+            let err = lock_env_with(&vars(&[("GPU_LOCK_DIR", "/d"), ("GPU_LOCK_UUID", bad)]))
+                .unwrap_err();
+            assert!(matches!(err, EnvError::NotFullUuid { .. }), "{bad}: {err}");
+        }
+        let ok = lock_env_with(&vars(&[
+            ("GPU_LOCK_DIR", "/d"),
+            ("GPU_LOCK_UUID", AMD_UUID),
+        ]))
+        .unwrap();
+        assert_eq!(ok.uuid.as_deref(), Some(AMD_UUID));
+        assert!(is_full_uuid("GPU-11111111-2222-3333-4444-555555555555"));
+        let err = lock_env_with(&vars(&[("GPU_LOCK_UUID", AMD_UUID)])).unwrap_err();
+        assert!(matches!(err, EnvError::DirRequired { .. }), "{err}");
+        assert!(err.to_string().contains("GPU_LOCK_DIR"), "{err}");
+        let err = lock_env_with(&vars(&[("SOL_EXECBENCH_GPU_LOCK_DIR", "/old")])).unwrap_err();
+        assert!(matches!(err, EnvError::OldIndexVariable { .. }), "{err}");
+    }
+
+    #[test]
+    fn l2_path_comes_from_the_explicit_file_or_the_port_pair() {
+        let p = l2_from(&vars(&[("KG_GPU_L2_LOCK", "/a/l2.lock")])).unwrap();
+        assert_eq!(p, Some((PathBuf::from("/a/l2.lock"), String::new())));
+        let p = l2_from(&vars(&[
+            ("GPU_LOCK_DIR", "/d"),
+            ("GPU_LOCK_UUID", AMD_UUID),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            p.0,
+            PathBuf::from(format!("/d/gpu-{AMD_UUID}.L2-execution.lock"))
+        );
+        assert_eq!(l2_from(&vars(&[("GPU_LOCK_DIR", "/d")])).unwrap(), None);
+        assert!(l2_from(&vars(&[("GPU_LOCK_DIR", "/d"), ("GPU_LOCK_UUID", "0")])).is_err());
     }
 
     #[test]

@@ -18,9 +18,37 @@ use signal_hook::iterator::Signals;
 
 use crate::claim::Claim;
 use crate::env;
+use crate::recovery;
 
 /// Seconds a child gets after a forwarded signal before its group is killed.
 pub const GRACE: Duration = Duration::from_secs(10);
+
+/// How long leftover members of the child's group get after SIGTERM, and again after SIGKILL.
+pub const GROUP_GRACE: Duration = Duration::from_secs(2);
+
+/// Ends what is left of process group `pgid` (SIGTERM, `grace`, SIGKILL, `grace`); returns
+/// the pids that are still there.
+pub fn end_group(pgid: i32, grace: Duration) -> Vec<u32> {
+    let wait_empty = || {
+        let until = std::time::Instant::now() + grace;
+        loop {
+            let left = recovery::group_members(pgid);
+            if left.is_empty() || std::time::Instant::now() >= until {
+                return left;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    if recovery::group_members(pgid).is_empty() {
+        return Vec::new();
+    }
+    let _ = killpg(Pid::from_raw(pgid), Signal::SIGTERM);
+    if wait_empty().is_empty() {
+        return Vec::new();
+    }
+    let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+    wait_empty()
+}
 
 /// Running the child failed.
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +89,10 @@ pub struct RunOutcome {
     pub forwarded_signal: Option<i32>,
     /// The final evidence (after-sample, clock restore, end time).
     pub evidence: GpuClaim,
+    /// The recovery file this claim left (unverified cleanup or restore), if any.
+    pub recovery: Option<std::path::PathBuf>,
+    /// What it says is unverified.
+    pub recovery_pending: Vec<crate::recovery::Pending>,
 }
 
 fn write_evidence(path: &Path, claim: &GpuClaim) -> Result<(), RunError> {
@@ -81,7 +113,7 @@ fn exit_code(status: ExitStatus) -> i32 {
 /// Runs `command` under `claim`, writing the evidence to `evidence_path` before the child
 /// starts and again (completed) after it ends.
 pub fn run_claimed(
-    claim: Claim,
+    mut claim: Claim,
     command: &[String],
     evidence_path: &Path,
 ) -> Result<RunOutcome, RunError> {
@@ -136,10 +168,12 @@ pub fn run_claimed(
         .env(env::KG_GPU_CLAIM, evidence_path)
         .process_group(0);
     let spawned = cmd.spawn();
+    let mut group = 0;
     let status = match spawned {
         Ok(mut child) => {
             let pid = i32::try_from(child.id()).unwrap_or(0);
             child_pgid.store(pid, Ordering::SeqCst);
+            group = pid;
             // A signal that arrived before the child existed is forwarded now.
             let early = pending.load(Ordering::SeqCst);
             if early != 0 && pid > 0 {
@@ -162,8 +196,24 @@ pub fn run_claimed(
     };
     handle.close();
     let _ = forwarder.join();
+    // The owner keeps L1 through the child's cleanup: what the child left in its group is
+    // ended here, and a group that will not die is recorded as unverified cleanup.
+    if group > 0 {
+        let survivors = end_group(group, GROUP_GRACE);
+        if !survivors.is_empty() {
+            tracing::error!(
+                pgid = group,
+                ?survivors,
+                "the claimed command's process group survived SIGKILL; leaving recovery evidence"
+            );
+            claim.mark_cleanup_unverified(group, survivors);
+        }
+    }
     // The claim ends here on every path: restore clocks, release the lock.
-    let evidence = claim.finish();
+    let recovery_path = claim.recovery_path();
+    let evidence = claim.finish_keeping_pending();
+    let (evidence, recovery_pending) = evidence;
+    let recovery = (!recovery_pending.is_empty()).then_some(recovery_path);
     let write = write_evidence(evidence_path, &evidence);
     let status = status?;
     write?;
@@ -172,5 +222,7 @@ pub fn run_claimed(
         exit_code: exit_code(status),
         forwarded_signal: (sig != 0).then_some(sig),
         evidence,
+        recovery,
+        recovery_pending,
     })
 }
