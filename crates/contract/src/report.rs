@@ -11,8 +11,100 @@ use serde::{Deserialize, Serialize};
 
 use crate::claim::GpuClaim;
 
-/// Schema version of [`ValidationReport`].
-pub const REPORT_SCHEMA_VERSION: u32 = 1;
+/// Schema version of [`ValidationReport`]. 2: `gpu_claim.gfx_activity_before_pct` (was
+/// `activity_before_pct`, still read), tolerance references, context rows, grid-cell traces.
+pub const REPORT_SCHEMA_VERSION: u32 = 2;
+
+/// The key kg-gpu writes for the peak busy % before a claim, and the seed's name for it.
+const ACTIVITY_KEY: (&str, &str) = ("activity_before_pct", "gfx_activity_before_pct");
+
+/// kg-gpu's claim evidence as the report carries it: the same fields, except that the peak busy
+/// % before the run is `gfx_activity_before_pct`, the seed's name (NVIDIA's utilisation goes in
+/// the same field; `null` still means unknown). Reports that spell it `activity_before_pct`
+/// still read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReportGpuClaim(pub GpuClaim);
+
+impl std::ops::Deref for ReportGpuClaim {
+    type Target = GpuClaim;
+    fn deref(&self) -> &GpuClaim {
+        &self.0
+    }
+}
+
+impl From<GpuClaim> for ReportGpuClaim {
+    fn from(c: GpuClaim) -> ReportGpuClaim {
+        ReportGpuClaim(c)
+    }
+}
+
+/// `map` with the key `from` renamed to `to`, in place (field order kept).
+fn rename_key(
+    map: serde_json::Map<String, serde_json::Value>,
+    from: &str,
+    to: &str,
+) -> serde_json::Map<String, serde_json::Value> {
+    // A map that already has `to` keeps it: the new name wins over the old.
+    let has_to = map.contains_key(to);
+    map.into_iter()
+        .filter_map(|(k, v)| match k.as_str() {
+            k2 if k2 == from && has_to => None,
+            k2 if k2 == from => Some((to.to_string(), v)),
+            _ => Some((k, v)),
+        })
+        .collect()
+}
+
+impl Serialize for ReportGpuClaim {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match serde_json::to_value(&self.0).map_err(serde::ser::Error::custom)? {
+            serde_json::Value::Object(m) => {
+                rename_key(m, ACTIVITY_KEY.0, ACTIVITY_KEY.1).serialize(s)
+            }
+            other => other.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ReportGpuClaim {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ReportGpuClaim, D::Error> {
+        let value = match serde_json::Value::deserialize(d)? {
+            serde_json::Value::Object(m) => {
+                serde_json::Value::Object(rename_key(m, ACTIVITY_KEY.1, ACTIVITY_KEY.0))
+            }
+            other => other,
+        };
+        serde_json::from_value(value)
+            .map(ReportGpuClaim)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+impl JsonSchema for ReportGpuClaim {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ReportGpuClaim".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let mut schema = <GpuClaim as JsonSchema>::json_schema(generator);
+        if let Some(serde_json::Value::Object(props)) = schema.get_mut("properties") {
+            let renamed = rename_key(std::mem::take(props), ACTIVITY_KEY.0, ACTIVITY_KEY.1);
+            *props = renamed;
+        }
+        if let Some(serde_json::Value::Array(req)) = schema.get_mut("required") {
+            for r in req.iter_mut() {
+                if r.as_str() == Some(ACTIVITY_KEY.0) {
+                    *r = ACTIVITY_KEY.1.into();
+                }
+            }
+        }
+        schema.insert(
+            "description".into(),
+            "kg-gpu's claim evidence under the seed's field names: `gfx_activity_before_pct` is the peak busy % before the run (any vendor); `null` means unknown.".into(),
+        );
+        schema
+    }
+}
 
 /// Status of one stage. A stage that did not run is `skip` with its reason, never `pass`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -276,6 +368,24 @@ pub struct ExecutionReceipt {
     pub executed_shapes: Vec<String>,
     /// Number of route calls.
     pub calls: u64,
+    /// Per `--grid` cell, whether the route ran it and which route locals held it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub grid_cells: Vec<GridCellTrace>,
+}
+
+/// How one `--grid` cell showed up at the watched route's calls.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GridCellTrace {
+    /// The cell, as `--grid` gave it.
+    pub cell: String,
+    /// Whether the `--shape-vars` tuples (`executed_shapes`) include it; `false` without
+    /// `--shape-vars`.
+    pub in_executed_shapes: bool,
+    /// Route locals that held the cell at some call, one list per way, in coordinate order:
+    /// one name when a single local holds the whole cell (`shape`, `x.shape`), else one name
+    /// per coordinate. Empty when no call's locals held it.
+    pub held_by: Vec<Vec<String>>,
 }
 
 /// One process run by the validator.
@@ -496,6 +606,13 @@ pub struct ToleranceChange {
     pub line: u64,
     /// Whether head is looser than base.
     pub widened: bool,
+    /// The `--tol-table` entry this literal is read against (the key's dtype entry, else the
+    /// table's loosest); recorded beside the head-vs-base comparison, never a finding.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<f64>,
+    /// Whether the head value is looser than `reference`; `null` without a table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub above_reference: Option<bool>,
 }
 
 /// One stage's result.
@@ -527,6 +644,17 @@ pub struct Stage {
     /// `test_policy`: commented-out shape rows newly added by the change.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub new_commented_rows: Vec<String>,
+    /// `test_policy`: commented-out shape rows already in base (`file:line: text`), coverage
+    /// context and never a finding.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub existing_commented_rows: Vec<String>,
+    /// `test_policy`: the `--tol-table` reference tolerances, dtype → value, as given.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub tol_table: IndexMap<String, f64>,
+    /// `execution_receipt`: route locals the grid check read the cells from when no
+    /// `--shape-vars` was given (the same names for every cell).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inferred_shape_vars: Option<Vec<String>>,
     /// `index_width_scan`: unwidened index × stride products per file.
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub index_products: IndexMap<String, u64>,
@@ -548,6 +676,9 @@ impl Stage {
             receipts: Vec::new(),
             tolerances: Vec::new(),
             new_commented_rows: Vec::new(),
+            existing_commented_rows: Vec::new(),
+            tol_table: IndexMap::new(),
+            inferred_shape_vars: None,
             index_products: IndexMap::new(),
             perf: None,
         }
@@ -661,8 +792,9 @@ pub struct ValidationReport {
     pub repo: RepoInfo,
     /// The runtime probe's identity; `null` when the probe did not run.
     pub runtime_identity: Option<RuntimeIdentity>,
-    /// The claim evidence (kg-gpu); `null` when no GPU was claimed.
-    pub gpu_claim: Option<GpuClaim>,
+    /// The claim evidence (kg-gpu, under the seed's field names); `null` when no GPU was
+    /// claimed.
+    pub gpu_claim: Option<ReportGpuClaim>,
     /// Target selection and grid.
     pub test_selection: TestSelection,
     /// Stages.

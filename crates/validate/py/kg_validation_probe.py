@@ -9,6 +9,11 @@ also lists imports that failed while collecting (test modules, conftest files) o
 a script, from the exception objects themselves (class name and ``ImportError.name``), so the
 validator can name a missing module without reading the log.
 
+With a grid (``KG_VALIDATE_GRID_CELLS``), each route call also records which of its locals hold
+values of the grid's coordinates (scalars, tuples such as ``torch.Size``, and ``name.shape`` /
+``name.dtype`` of arrays), so the validator can check every grid cell without ``--shape-vars``
+and say which locals would have matched when the ``--shape-vars`` tuples do not.
+
 Its configuration is removed from ``os.environ`` before user code runs.
 """
 
@@ -22,6 +27,9 @@ _RECEIPT = os.environ.pop("KG_VALIDATE_RECEIPT", "")
 _VARS = [v for v in os.environ.pop("KG_VALIDATE_SHAPE_VARS", "").split(",") if v]
 _ARGNAMES = [a for a in os.environ.pop("KG_VALIDATE_GRID_ARGNAMES", "").split(",") if a]
 _ROWS = os.environ.pop("KG_VALIDATE_GRID_ROWS", "")
+_CELLS = os.environ.pop("KG_VALIDATE_GRID_CELLS", "")
+# Distinct per-call observations kept; past this the receipt says it was truncated.
+_MAX_OBSERVATIONS = 256
 
 _MOD, _, _FUNC = _ROUTE.partition(":")
 _LAST = _FUNC.rsplit(".", 1)[-1]
@@ -31,6 +39,9 @@ _state = {
     "symbols": [],
     "grid_replacements": 0,
     "import_errors": [],
+    "grid_locals": [],
+    "grid_locals_seen": set(),
+    "grid_locals_truncated": False,
     "written": False,
 }
 _lock = threading.Lock()
@@ -43,6 +54,103 @@ def _fmt(v):
     if s.startswith("torch."):
         s = s[len("torch."):]
     return s
+
+
+# The same dtype spellings as the validator's `shapes::normalize_token`, so a local is kept
+# exactly when the validator could match it.
+_ALIASES = {
+    "f32": "float32", "fp32": "float32", "float": "float32",
+    "f16": "float16", "fp16": "float16", "half": "float16",
+    "bf16": "bfloat16",
+    "f64": "float64", "fp64": "float64", "double": "float64",
+    "i32": "int32", "i64": "int64",
+}
+
+
+def _norm(tok):
+    t = tok.strip().strip("'\"")
+    for p in ("torch.", "tl."):
+        if t.startswith(p):
+            t = t[len(p):]
+    return _ALIASES.get(t, t)
+
+
+def _grid_tokens():
+    try:
+        cells = json.loads(_CELLS) if _CELLS else []
+    except ValueError:
+        return set()
+    return {_norm(t) for c in cells for t in str(c).split(",") if _norm(t)}
+
+
+_TOKENS = _grid_tokens()
+_SCALARS = (int, float, str, bool)
+
+
+def _shape_like(name, v, out):
+    """Adds ``name → formatted value`` for values that can hold grid coordinates."""
+    if isinstance(v, _SCALARS):
+        out[name] = _fmt(v)
+    elif isinstance(v, (tuple, list)):  # torch.Size is a tuple
+        if 0 < len(v) <= 16 and all(isinstance(i, _SCALARS) for i in v):
+            out[name] = _fmt(v)
+    else:
+        mod = type(v).__module__ or ""
+        if mod.startswith(("torch", "numpy")):
+            if mod.startswith("torch") and type(v).__name__ == "dtype":
+                out[name] = _fmt(v)
+                return
+            shape = getattr(v, "shape", None)
+            if isinstance(shape, tuple) and 0 < len(shape) <= 16:
+                out[name + ".shape"] = _fmt(tuple(int(i) for i in shape))
+                dt = getattr(v, "dtype", None)
+                if dt is not None:
+                    out[name + ".dtype"] = _fmt(dt)
+
+
+def _observe(loc):
+    """Records the locals of one route call whose every token is a grid coordinate."""
+    found = {}
+    for name, v in list(loc.items()):
+        try:
+            _shape_like(name, v, found)
+        except Exception:  # a local's odd __str__ must not break the target
+            continue
+    kept = {k: v for k, v in found.items()
+            if v and all(_norm(t) in _TOKENS for t in v.split(","))}
+    if not kept:
+        return
+    key = tuple(sorted(kept.items()))
+    if key in _state["grid_locals_seen"]:
+        return
+    if len(_state["grid_locals"]) >= _MAX_OBSERVATIONS:
+        _state["grid_locals_truncated"] = True
+        return
+    _state["grid_locals_seen"].add(key)
+    _state["grid_locals"].append(kept)
+
+
+_MISSING = object()
+
+
+def _var(loc, name):
+    """A ``--shape-vars`` entry: a local, or ``local.shape`` / ``local.dtype`` (the spellings
+    the grid-locals record suggests); only those two attributes, so no property runs."""
+    base, _, attr = name.partition(".")
+    if base not in loc:
+        return _MISSING
+    v = loc[base]
+    if not attr:
+        return v
+    if attr not in ("shape", "dtype"):
+        return _MISSING
+    got = getattr(v, attr, _MISSING)
+    if attr == "shape" and got is not _MISSING:
+        try:
+            got = tuple(int(i) for i in got)
+        except Exception:
+            return _MISSING
+    return got
 
 
 def _prof(frame, event, arg):
@@ -60,10 +168,13 @@ def _prof(frame, event, arg):
         _state["calls"] += 1
         if _ROUTE not in _state["symbols"]:
             _state["symbols"].append(_ROUTE)
-        if _VARS and all(v in loc for v in _VARS):
-            shape = ",".join(_fmt(loc[v]) for v in _VARS)
+        vals = [_var(loc, v) for v in _VARS]
+        if _VARS and all(v is not _MISSING for v in vals):
+            shape = ",".join(_fmt(v) for v in vals)
             if shape not in _state["shapes"]:
                 _state["shapes"].append(shape)
+        if _TOKENS:
+            _observe(loc)
 
 
 def _import_error_in(exc):
@@ -113,6 +224,8 @@ def write_receipt():
         "calls": _state["calls"],
         "grid_replacements": _state["grid_replacements"],
         "import_errors": list(_state["import_errors"]),
+        "grid_locals": list(_state["grid_locals"]),
+        "grid_locals_truncated": _state["grid_locals_truncated"],
     }
     tmp = _RECEIPT + ".tmp"
     with open(tmp, "w") as f:

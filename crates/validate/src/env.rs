@@ -34,6 +34,9 @@ pub const KG_VALIDATE_SHAPE_VARS: &str = "KG_VALIDATE_SHAPE_VARS";
 pub const KG_VALIDATE_GRID_ARGNAMES: &str = "KG_VALIDATE_GRID_ARGNAMES";
 /// Set with [`KG_VALIDATE_GRID_ARGNAMES`]: the rows, as a JSON list of lists.
 pub const KG_VALIDATE_GRID_ROWS: &str = "KG_VALIDATE_GRID_ROWS";
+/// Set for watched runs when a grid is given: its cells (normalised), as a JSON list of
+/// strings; the probe records which route locals hold their coordinates.
+pub const KG_VALIDATE_GRID_CELLS: &str = "KG_VALIDATE_GRID_CELLS";
 
 /// Variables copied from the caller's environment into a target's, when set. Everything else
 /// is dropped (the seed's `env -i` allowlist).

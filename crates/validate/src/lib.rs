@@ -7,7 +7,7 @@
 //! `merge_sim` ([`worktree`], libgit2), `gpu_claim` ([`gpu`], kg-gpu), `runtime_compat`
 //! ([`runtime`]), `test_policy` ([`policy`], kg-inject syntax trees), `baseline_control`,
 //! `correctness_repo_tests`, `correctness_s1_grid` ([`grid`]), `execution_receipt` (the
-//! validator-owned probe in `py/`), `index_width_scan` ([`index_scan`]), `perf` ([`perf`]).
+//! validator-owned probe in `py/`, cells checked in [`receipt`]), `index_width_scan` ([`index_scan`]), `perf` ([`perf`]).
 //! The verdict rule is in [`verdict`].
 //!
 //! # Ownership
@@ -39,6 +39,7 @@ pub mod perf;
 pub mod pipeline;
 pub mod policy;
 pub mod pyscan;
+pub mod receipt;
 pub mod runner;
 pub mod runtime;
 pub mod shapes;

@@ -19,7 +19,7 @@ use crate::runner::{Invocation, Phase, RunContext, RunOutcome, RunSpec};
 use crate::shapes::normalize_cell;
 use crate::verdict::{DecidedBy, Decision};
 use crate::worktree::Worktree;
-use crate::{index_scan, perf, policy, pyscan, runtime, target, verdict};
+use crate::{index_scan, perf, policy, pyscan, receipt, runtime, target, verdict};
 
 /// A finished validation: the report and what decided its verdict.
 #[derive(Debug, Clone)]
@@ -164,16 +164,27 @@ pub fn run(opts: &Options, cancel: Arc<AtomicBool>) -> Result<Validation, Valida
     let out_abs = absolute(&opts.out);
     let out_dir = out_abs.parent().map(Path::to_path_buf).unwrap_or_default();
     let out_dir_real = std::fs::canonicalize(&out_dir).unwrap_or(out_dir.clone());
-    if out_dir_real.starts_with(&repo_root) {
-        return Err(ValidateError::usage(
-            "--out",
-            format!(
-                "`{}` is inside the worktree `{}`, which must be handed back unchanged; write the report elsewhere",
-                opts.out.display(),
-                repo_root.display()
-            ),
-        ));
-    }
+    // Inside the worktree is allowed where it leaves the worktree's state alone (checked once
+    // the repository is open); the seed's default, `./validation_report.json`, often is.
+    let out_in_repo = out_dir_real.starts_with(&repo_root).then(|| {
+        let name = out_abs
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default();
+        let rel_dir = out_dir_real
+            .strip_prefix(&repo_root)
+            .map(|p| p.to_string_lossy().to_string())
+            .unwrap_or_default();
+        let join = |n: &str| {
+            if rel_dir.is_empty() {
+                n.to_string()
+            } else {
+                format!("{rel_dir}/{n}")
+            }
+        };
+        let (_, logs_rel) = logs_location(&out_abs);
+        (join(&name), join(&logs_rel))
+    });
     let python = resolve_python(
         opts.python.as_deref(),
         opts.host.python_bin.as_deref(),
@@ -187,6 +198,19 @@ pub fn run(opts: &Options, cancel: Arc<AtomicBool>) -> Result<Validation, Valida
 
     // 1. merge_sim
     let mut wt = Worktree::open(&repo_root, opts.patch.as_deref())?;
+    if let Some((out_rel, logs_rel)) = &out_in_repo {
+        if let Err(why) = wt.output_location(out_rel, logs_rel) {
+            return Err(ValidateError::usage(
+                "--out",
+                format!(
+                    "`{}` is inside the worktree `{}` and cannot be written there: {why}; or write the report outside the worktree",
+                    opts.out.display(),
+                    repo_root.display()
+                ),
+            ));
+        }
+        wt.set_own_output(out_rel, logs_rel);
+    }
     // A misspelt target is the caller's input error, refused before any stage runs.
     target::check(&repo_root, opts.target_file(), &wt)?;
     st.report.repo.base = Some(wt.base().to_string());
@@ -302,7 +326,7 @@ fn stages_after_merge(
                 ),
             );
             st.report.device = "gpu".into();
-            st.report.gpu_claim = Some(ev);
+            st.report.gpu_claim = Some(ev.into());
             let env = c.child_env();
             (Some(c), env)
         }
@@ -339,6 +363,7 @@ fn stages_after_merge(
         cancel,
         route: opts.expected_route.clone(),
         shape_vars: opts.shape_vars.clone(),
+        grid_cells: opts.grid.iter().map(|c| normalize_cell(c)).collect(),
     };
     ctx.install_scripts()?;
     st.report.isolation.target_environment = ctx
@@ -493,6 +518,17 @@ fn stages_after_merge(
         let mut stage = Stage::new(status, note);
         stage.tolerances = pol.tolerances;
         stage.new_commented_rows = pol.new_commented_rows;
+        stage.existing_commented_rows = pol.existing_commented_rows;
+        // The target's own disabled rows are context even when the PR leaves the file alone.
+        let target = opts.target_file();
+        if !wt.files().all.iter().any(|p| p == target)
+            && let Ok(text) = std::fs::read_to_string(repo_root.join(target))
+        {
+            stage
+                .existing_commented_rows
+                .extend(policy::context_rows(target, &text));
+        }
+        stage.tol_table = opts.tol_table.iter().cloned().collect();
         st.report.stages.test_policy = stage;
         st.report.findings.extend(pol.findings);
     } else {
@@ -1239,51 +1275,80 @@ fn receipt_stage(
     }
     let mut problems = Vec::new();
     let mut receipts: Vec<ExecutionReceipt> = Vec::new();
-    let mut check =
-        |name: &str, run: Option<&RunOutcome>, shapes: &[String], problems: &mut Vec<String>| {
-            let Some(run) = run else { return };
-            match &run.record.receipt {
-                None => problems.push(format!("{name}: no receipt was written")),
-                Some(r) => {
-                    receipts.push(r.clone());
-                    if r.route != *route {
-                        problems.push(format!(
-                            "{name}: receipt route `{}` is not `{route}`",
-                            r.route
-                        ));
-                    }
-                    if r.kernel_symbols.is_empty() || r.calls == 0 {
-                        problems.push(format!("{name}: `{route}` was never called"));
-                    }
-                    let seen: Vec<String> = r
-                        .executed_shapes
-                        .iter()
-                        .map(|s| normalize_cell(s))
-                        .collect();
-                    let missing: Vec<&String> = shapes
-                        .iter()
-                        .filter(|c| !seen.contains(&normalize_cell(c)))
-                        .collect();
-                    if !missing.is_empty() {
-                        problems.push(format!(
-                            "{name}: grid shape(s) not executed through the route: {}",
-                            missing
-                                .iter()
-                                .map(|s| s.as_str())
-                                .collect::<Vec<_>>()
-                                .join("; ")
-                        ));
+    let mut inferred: Option<Vec<String>> = None;
+    let mut grid_checked = false;
+    for (name, run) in [("head-repo", head_repo), ("head-grid", head_grid)] {
+        let Some(run) = run else { continue };
+        let Some(r) = &run.record.receipt else {
+            problems.push(format!("{name}: no receipt was written"));
+            continue;
+        };
+        let mut r = r.clone();
+        if r.route != *route {
+            problems.push(format!(
+                "{name}: receipt route `{}` is not `{route}`",
+                r.route
+            ));
+        }
+        if r.kernel_symbols.is_empty() || r.calls == 0 {
+            problems.push(format!("{name}: `{route}` was never called"));
+        }
+        // Only the grid run is held to the grid; every cell is checked, with or without
+        // --shape-vars (the seed's PASS needs "every shape named by --grid").
+        if name == "head-grid" && !opts.grid.is_empty() {
+            grid_checked = true;
+            let given = !opts.shape_vars.is_empty();
+            let traces: Vec<_> = opts
+                .grid
+                .iter()
+                .map(|c| receipt::trace_cell(c, &r.executed_shapes, &run.grid_locals, given))
+                .collect();
+            let truncated = if run.grid_locals_truncated {
+                " (the probe stopped recording locals after 256 distinct calls)"
+            } else {
+                ""
+            };
+            if given {
+                let missing: Vec<_> = traces.iter().filter(|t| !t.in_executed_shapes).collect();
+                if !missing.is_empty() {
+                    let saw = if r.executed_shapes.is_empty() {
+                        "nothing".to_string()
+                    } else {
+                        r.executed_shapes
+                            .iter()
+                            .take(8)
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    };
+                    problems.push(format!(
+                        "{name}: grid shape(s) not executed through the route: {}; the route saw `--shape-vars {}` = {saw}; {}{truncated}",
+                        missing.iter().map(|t| t.cell.as_str()).collect::<Vec<_>>().join("; "),
+                        opts.shape_vars.join(","),
+                        missing.iter().map(|t| receipt::held_note(t)).collect::<Vec<_>>().join("; "),
+                    ));
+                }
+            } else {
+                let unheld: Vec<_> = traces.iter().filter(|t| t.held_by.is_empty()).collect();
+                if !unheld.is_empty() {
+                    problems.push(format!(
+                        "{name}: no --shape-vars, so the grid cells were looked for in the route's locals, and no local held {} at any call{truncated}: the route did not run them, or holds them in a form the probe does not read; name the locals with --shape-vars",
+                        unheld.iter().map(|t| t.cell.as_str()).collect::<Vec<_>>().join("; ")
+                    ));
+                } else {
+                    match receipt::consistent_locals(&traces) {
+                        Some(l) => inferred = Some(l),
+                        None => problems.push(format!(
+                            "{name}: no --shape-vars, and no one set of route locals holds every grid cell ({}); name the locals with --shape-vars",
+                            traces.iter().map(receipt::held_note).collect::<Vec<_>>().join("; ")
+                        )),
                     }
                 }
             }
-        };
-    check("head-repo", head_repo, &[], &mut problems);
-    let grid_shapes: Vec<String> = if opts.shape_vars.is_empty() {
-        vec![]
-    } else {
-        opts.grid.clone()
-    };
-    check("head-grid", head_grid, &grid_shapes, &mut problems);
+            r.grid_cells = traces;
+        }
+        receipts.push(r);
+    }
     let mut stage = if receipts.is_empty() && problems.is_empty() {
         Stage::skip("no watched run happened")
     } else if problems.is_empty() {
@@ -1292,16 +1357,23 @@ fn receipt_stage(
             format!(
                 "route `{route}` observed in {} run(s){}",
                 receipts.len(),
-                if head_grid.is_some() && !grid_shapes.is_empty() {
-                    ", every grid shape executed"
-                } else {
-                    ""
+                match &inferred {
+                    _ if !grid_checked => String::new(),
+                    Some(l) => format!(
+                        ", every grid shape executed (no --shape-vars: read from route local(s) `{}`)",
+                        l.join(",")
+                    ),
+                    None => format!(
+                        ", every grid shape executed (`--shape-vars {}`)",
+                        opts.shape_vars.join(",")
+                    ),
                 }
             ),
         )
     } else {
         Stage::new(StageStatus::Fail, problems.join("; "))
     };
+    stage.inferred_shape_vars = inferred;
     if stage.status == StageStatus::Fail {
         st.finding(
             Severity::Note,
@@ -1544,7 +1616,7 @@ fn finish(
     scratch: Option<tempfile::TempDir>,
 ) -> Result<Validation, ValidateError> {
     if let Some(c) = claim {
-        st.report.gpu_claim = Some(c.finish());
+        st.report.gpu_claim = Some(c.finish().into());
     }
     drop(scratch);
     let mut decision = verdict::decide(&st.report);

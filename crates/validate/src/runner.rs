@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use indexmap::IndexMap;
 use kg_contract::report::{ExecutionReceipt, RunRecord, RunStats};
 use rustix::process::{Pid, Signal, kill_process_group};
 use serde::Deserialize;
@@ -109,6 +110,11 @@ pub struct RunOutcome {
     /// Imports that failed in the run, as the probe recorded them (empty when none, or when no
     /// receipt was written).
     pub import_errors: Vec<ImportFailure>,
+    /// Per distinct route call, the locals whose values are made of grid coordinates
+    /// (`name` or `name.shape` → comma-joined value); empty without a grid.
+    pub grid_locals: Vec<IndexMap<String, String>>,
+    /// Whether the probe stopped recording `grid_locals` at its cap.
+    pub grid_locals_truncated: bool,
 }
 
 impl RunOutcome {
@@ -137,6 +143,10 @@ struct ProbeReceipt {
     // Parsed entry by entry, so one odd entry cannot cost the route evidence of the receipt.
     #[serde(default)]
     import_errors: Vec<serde_json::Value>,
+    #[serde(default)]
+    grid_locals: Vec<IndexMap<String, String>>,
+    #[serde(default)]
+    grid_locals_truncated: bool,
 }
 
 /// Shared state of every run in one validation.
@@ -162,6 +172,8 @@ pub struct RunContext {
     pub route: Option<String>,
     /// `--shape-vars`.
     pub shape_vars: Vec<String>,
+    /// `--grid` cells, normalised (handed to the probe of watched runs).
+    pub grid_cells: Vec<String>,
 }
 
 impl RunContext {
@@ -253,6 +265,12 @@ impl RunContext {
                     env::KG_VALIDATE_SHAPE_VARS.into(),
                     self.shape_vars.join(","),
                 ));
+                if !self.grid_cells.is_empty() {
+                    env.push((
+                        env::KG_VALIDATE_GRID_CELLS.into(),
+                        serde_json::Value::from(self.grid_cells.clone()).to_string(),
+                    ));
+                }
             }
         }
         env.extend(spec.extra_env.iter().cloned());
@@ -364,10 +382,14 @@ impl RunContext {
         let mut receipt = None;
         let mut grid_replacements = 0;
         let mut import_errors = Vec::new();
+        let mut grid_locals = Vec::new();
+        let mut grid_locals_truncated = false;
         if probe && let Ok(text) = std::fs::read_to_string(&receipt_path) {
             match serde_json::from_str::<ProbeReceipt>(&text) {
                 Ok(r) => {
                     grid_replacements = r.grid_replacements;
+                    grid_locals = r.grid_locals;
+                    grid_locals_truncated = r.grid_locals_truncated;
                     for v in r.import_errors {
                         match serde_json::from_value::<ImportFailure>(v) {
                             Ok(f) => import_errors.push(f),
@@ -385,6 +407,7 @@ impl RunContext {
                             kernel_symbols: r.kernel_symbols,
                             executed_shapes: r.executed_shapes,
                             calls: r.calls,
+                            grid_cells: Vec::new(),
                         });
                     }
                 }
@@ -416,6 +439,8 @@ impl RunContext {
             output,
             grid_replacements,
             import_errors,
+            grid_locals,
+            grid_locals_truncated,
         })
     }
 }

@@ -8,6 +8,12 @@
 //! is idempotent and runs on every exit path: [`Worktree::restore`] explicitly, and `Drop` as a
 //! backstop (errors, panics that unwind, and a signal turned into a normal return).
 //!
+//! The report inside the worktree: when `--out` is in the checkout at a path that is ignored,
+//! or untracked where `git status` lists the file itself, that path and its logs directory are
+//! the validator's own output ([`Worktree::set_own_output`]): not counted as dirty, never
+//! removed on restore. Tracked paths and paths the patch touches are refused
+//! ([`Worktree::output_location`]).
+//!
 //! Sparse checkouts: libgit2's status ignores the index's skip-worktree bit, so a path a
 //! `git sparse-checkout` (or `git update-index --skip-worktree`) leaves out reads as deleted.
 //! `git status` does not report such entries, and neither does [`Worktree::dirty`]; restore
@@ -45,6 +51,16 @@ pub struct Worktree {
     skip_worktree: BTreeSet<String>,
     applied: bool,
     touched: bool,
+    own_output: Vec<String>,
+}
+
+/// How a report path inside the worktree is kept out of the worktree's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputLocation {
+    /// Git ignores the path.
+    Ignored,
+    /// Untracked, in a directory with tracked files, so `git status` lists just that path.
+    Untracked,
 }
 
 impl std::fmt::Debug for Worktree {
@@ -104,6 +120,7 @@ impl Worktree {
             skip_worktree,
             applied: false,
             touched: false,
+            own_output: Vec::new(),
         };
         if let Some(bytes) = &wt.patch {
             wt.files = patch_files(bytes).map_err(git_err("parse the patch", path))?;
@@ -164,9 +181,60 @@ impl Worktree {
                 if self.skip_worktree.contains(&path) {
                     st.remove(worktree_bits);
                 }
+                // The report and its logs are ours; earlier runs' copies do not make it dirty.
+                if self.own_output.contains(&path) {
+                    return None;
+                }
                 (!st.is_empty()).then_some((path, st))
             })
             .collect())
+    }
+
+    /// Whether `out` (the report, relative to the root) and `logs` (its logs directory) may be
+    /// written inside the worktree; `Err` says why not. Refused: tracked in the base commit,
+    /// touched by the patch, under `.git`, or untracked in a directory without tracked files
+    /// (git would list the whole directory as untracked, hiding anything else in it).
+    pub fn output_location(&self, out: &str, logs: &str) -> Result<OutputLocation, String> {
+        let under = |p: &str, dir: &str| p == dir || p.starts_with(&format!("{dir}/"));
+        if under(out, ".git") || under(logs, ".git") {
+            return Err("it is inside `.git`".into());
+        }
+        let tracked = self.tracked_files().map_err(|e| e.to_string())?;
+        if let Some(t) = tracked.iter().find(|t| *t == out || under(t, logs)) {
+            return Err(format!(
+                "`{t}` is tracked, and the worktree must be handed back unchanged"
+            ));
+        }
+        if let Some(p) = self.files.all.iter().find(|p| *p == out || under(p, logs)) {
+            return Err(format!("the patch touches `{p}`"));
+        }
+        let ignored = |p: &str| self.repo.is_path_ignored(p).unwrap_or(false);
+        if ignored(out) && ignored(logs) {
+            return Ok(OutputLocation::Ignored);
+        }
+        let parent = out.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
+        if parent.is_empty() || tracked.iter().any(|t| under(t, parent)) {
+            return Ok(OutputLocation::Untracked);
+        }
+        Err(format!(
+            "`{parent}/` holds no tracked file, so git would report the whole directory as untracked; add the path to `.gitignore`"
+        ))
+    }
+
+    /// Marks the report and its logs directory (relative paths) as the validator's own
+    /// output: never dirty, never removed by [`Worktree::restore`].
+    pub fn set_own_output(&mut self, out: &str, logs: &str) {
+        // libgit2 lists an untracked directory once, with a trailing slash.
+        self.own_output = vec![out.to_string(), logs.to_string(), format!("{logs}/")];
+        // Ignored directories the report will create (`reports/`) are listed as new ignored
+        // paths, which restore would remove between phases, logs and all.
+        let mut dir = Path::new(out).parent();
+        while let Some(d) = dir.filter(|d| !d.as_os_str().is_empty()) {
+            if !self.root.join(d).exists() {
+                self.own_output.push(format!("{}/", d.to_string_lossy()));
+            }
+            dir = d.parent();
+        }
     }
 
     /// Paths the index marks skip-worktree (left out by a sparse checkout).

@@ -230,14 +230,28 @@ impl Fixture {
 
     /// The command with the fixture's environment; `gpu`: fake backend, else none (NO_GPU).
     pub fn command(&self, python: &Path, gpu: bool, args: &[&str]) -> Command {
-        let mut c = Command::new(BIN);
+        self.command_with(BIN, python, gpu, Some(&self.out), args)
+    }
+
+    /// [`Fixture::command`] through `program` (the binary or a shim), with `--out` only when
+    /// `out` is given (else the validator's default).
+    pub fn command_with(
+        &self,
+        program: impl AsRef<std::ffi::OsStr>,
+        python: &Path,
+        gpu: bool,
+        out: Option<&Path>,
+        args: &[&str],
+    ) -> Command {
+        let mut c = Command::new(program);
         c.arg("--repo")
             .arg(&self.repo)
             .arg("--patch")
-            .arg(&self.patch)
-            .arg("--out")
-            .arg(&self.out)
-            .arg("--python")
+            .arg(&self.patch);
+        if let Some(out) = out {
+            c.arg("--out").arg(out);
+        }
+        c.arg("--python")
             .arg(python)
             .args(args)
             .env("KG_GPU_LOCK_DIR", &self.locks)
