@@ -104,7 +104,7 @@ fn cpu_run(py: &Path, tmp: &Path, iterations: &str) -> (PathBuf, PathBuf) {
     }
     let run = tmp.join("run");
     let t = Instant::now();
-    ok(
+    let go = |extra: &[&str]| {
         kg(py, tmp)
             .arg("run")
             .arg(&corpus)
@@ -112,15 +112,41 @@ fn cpu_run(py: &Path, tmp: &Path, iterations: &str) -> (PathBuf, PathBuf) {
             .arg(&run)
             .args(["--device", "cpu", "--max-workloads", "1", "--rounds", "2"])
             .args(["--iterations", iterations, "--warmup", "2", "-q"])
+            .args(extra)
             .output()
-            .unwrap(),
-        "kg-bench run",
-    );
+            .unwrap()
+    };
+    let first = go(&[]);
+    // kg-exec's dual-clock check can refuse an honest reference on a badly overloaded host
+    // (twice, then REWARD_HACK): that workload alone gets one more run. Any other failure, or
+    // a second one, fails the test.
+    if first.status.code() == Some(1) && only_dual_clock_failures(&run) {
+        eprintln!("a workload failed the dual clock on this loaded host; running it once more");
+        ok(go(&["--rerun-failed"]), "kg-bench run --rerun-failed");
+    } else {
+        ok(first, "kg-bench run");
+    }
     eprintln!(
         "kg-bench run on the CPU: {:.1} s",
         t.elapsed().as_secs_f64()
     );
     (corpus, run)
+}
+
+fn only_dual_clock_failures(run: &Path) -> bool {
+    let failed: Vec<Trace> = traces_of(run)
+        .into_iter()
+        .map(|(_, t)| t)
+        .filter(|t| t.evaluation.as_ref().unwrap().status != Status::Passed)
+        .collect();
+    !failed.is_empty()
+        && failed.iter().all(|t| {
+            let e = t.evaluation.as_ref().unwrap();
+            e.status == Status::RewardHack
+                && e.retried
+                    .as_ref()
+                    .is_some_and(|r| r.reason == kg_contract::RetryReason::DualClock)
+        })
 }
 
 fn traces_of(run: &Path) -> Vec<(String, Trace)> {
@@ -575,7 +601,7 @@ fn compare_flags_a_planted_2x_slowdown_and_nothing_else() {
     let py = python();
     let tmp = tempfile::tempdir().unwrap();
     // Enough timed calls that a median's interval is narrower than 2x on a noisy CPU.
-    let (_, run) = cpu_run(&py, tmp.path(), "40");
+    let (_, run) = cpu_run(&py, tmp.path(), "15");
     let head = tmp.path().join("head");
     plant_slowdown(&run, &head, PROBLEMS[1]);
 

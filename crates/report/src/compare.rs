@@ -457,6 +457,11 @@ fn pct(x: f64) -> String {
     format!("{}", (x * 1e5).round() / 1e3)
 }
 
+/// A Markdown table cell: pipes and line breaks would end the cell or the row.
+fn cell(s: &str) -> String {
+    s.replace('|', "\\|").replace('\n', " ")
+}
+
 fn short(uuid: &str) -> String {
     uuid.chars().take(13).collect()
 }
@@ -501,8 +506,8 @@ impl Comparison {
             for w in notable {
                 s.push_str(&format!(
                     "| {} | {} | `{}` | {} | {} | {} | {} | {} |\n",
-                    w.problem,
-                    w.solution,
+                    cell(&w.problem),
+                    cell(&w.solution),
                     short(&w.workload),
                     ms(w.base_ms),
                     ms(w.head_ms),
@@ -512,7 +517,7 @@ impl Comparison {
                     } else {
                         w.mark.as_str()
                     },
-                    note(w)
+                    cell(&note(w))
                 ));
             }
             s.push('\n');
@@ -521,8 +526,8 @@ impl Comparison {
         for p in &self.problems {
             s.push_str(&format!(
                 "| {} | {} | {}/{} | {} |\n",
-                p.problem,
-                p.solution,
+                cell(&p.problem),
+                cell(&p.solution),
                 p.compared,
                 p.workloads,
                 p.geomean_ratio
@@ -705,6 +710,11 @@ mod tests {
             j["why"][0],
             serde_json::json!({"kind": "not_passed", "side": "head", "status": "TIMEOUT"})
         );
+    }
+
+    #[test]
+    fn markdown_cells_cannot_break_the_table() {
+        assert_eq!(cell("a|b\nc"), "a\\|b c");
     }
 
     #[test]
