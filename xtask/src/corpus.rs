@@ -138,10 +138,10 @@ pub fn run_and_check(
             failed.push(format!("{set}: the traces do not verify: {e:#}"));
         }
     }
-    if let Some(mutants) = mutants {
-        if let Err(e) = run_mutants(bench, python, corpus, mutants, device, out) {
-            failed.push(format!("{e:#}"));
-        }
+    if let Some(mutants) = mutants
+        && let Err(e) = run_mutants(bench, python, corpus, mutants, device, out)
+    {
+        failed.push(format!("{e:#}"));
     }
     if !failed.is_empty() {
         bail!(
