@@ -1060,6 +1060,8 @@ impl Session {
         if let Err(msg) = self.ensure_judge(problem)? {
             return Ok(Some(msg));
         }
+        let _l2 =
+            crate::l2::hold_for_workload(&self.opts, &problem.definition.name, &w.workload.uuid)?;
         let xfer = self.fresh_dir("validate")?;
         let req = self.prepare_request(problem, w, 0, &xfer.join("in_0.pt"));
         let deadline = Instant::now() + self.opts.timeout;
@@ -1633,6 +1635,9 @@ impl Session {
         w: &LoadedWorkload,
         cand: &mut Worker,
     ) -> Result<Outcome, ExecError> {
+        // The claim's L2 execution lock, held by us for the whole workload (crate::l2 says why).
+        let l2 =
+            crate::l2::hold_for_workload(&self.opts, &problem.definition.name, &w.workload.uuid)?;
         let xfer = self.transfer_dir(cand)?;
         if self.inject("lose-transfer") {
             let _ = std::fs::remove_dir_all(&xfer.inputs);
@@ -1665,6 +1670,7 @@ impl Session {
             }
             outcome.log.push_str(&log);
         }
+        outcome.log = crate::l2::with_note(&l2, std::mem::take(&mut outcome.log));
         Ok(outcome)
     }
 

@@ -54,6 +54,7 @@ pub mod corpus;
 pub mod device;
 pub mod engine;
 pub mod integrity;
+pub mod l2;
 pub mod process;
 pub mod protocol;
 pub mod python;
