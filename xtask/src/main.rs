@@ -178,7 +178,8 @@ fn test(root: &Path) -> Result<()> {
     }
     // The bundled corpus as a user runs it, on the CPU (about 4 minutes on 2 cores): validated,
     // then every problem's reference and every bundled solution (Triton through its
-    // interpreter), each workload's status checked from its trace.
+    // interpreter), each workload's status checked from its trace; then the tail-mask mutants
+    // of `fixtures/mutants/`, each of which must fail a workload.
     let kg_bench = redteam::default_kg_bench(root)?;
     corpus::run_and_check(
         &kg_bench,
