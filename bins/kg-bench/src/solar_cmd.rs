@@ -15,12 +15,15 @@ pub enum SolarCommand {
     Analyze(AnalyzeArgs),
 }
 
-/// Extraction backend.
+/// Extraction backend; the SOL ExecBench ROCm port's names are aliases.
 #[derive(Clone, Copy, ValueEnum)]
 pub enum BackendArg {
-    /// ATen ops after dispatch (make_fx, fake tensors).
+    /// ATen ops after dispatch (make_fx, fake tensors); alias make_fx_aten.
+    #[value(alias = "make_fx_aten")]
     Aten,
-    /// torch-function calls (torch.*, Tensor methods, torch.nn.functional.*).
+    /// torch-function calls (torch.*, Tensor methods, torch.nn.functional.*); alias
+    /// torchview_extended_einsum.
+    #[value(alias = "torchview_extended_einsum")]
     Fx,
 }
 
@@ -41,7 +44,9 @@ pub struct AnalyzeArgs {
     /// Extraction backend; a run never falls back to the other one.
     #[arg(long, value_enum, default_value = "aten")]
     pub backend: BackendArg,
-    /// Output directory: OUT/<definition>/<workload>/{operator_graph,ir,solar-analysis,manifest}.yaml.
+    /// Output directory: OUT/<definition>/<workload>/ holding operator_graph.yaml,
+    /// einsum_graph.yaml (fx) or aten_graph.yaml (aten), conversion-attestation.yaml,
+    /// solar-analysis.yaml and manifest.yaml.
     #[arg(short, long, default_value = "solar-out")]
     pub output: PathBuf,
     /// Print the analysis records as JSON on stdout.
@@ -152,10 +157,11 @@ fn analyze(a: AnalyzeArgs) -> Result<i32> {
         println!("{}", serde_json::to_string_pretty(&records)?);
     }
     eprintln!(
-        "{} analysed, {failed} failed; artifacts in `{}` (hardware {}, backend {backend})",
+        "{} analysed, {failed} failed; artifacts in `{}` (hardware {}, backend {backend} = {})",
         records.len(),
         a.output.display(),
-        hw.spec.name
+        hw.spec.name,
+        backend.port_name()
     );
     Ok(if failed == 0 {
         kg_contract::exit::OK

@@ -16,8 +16,8 @@ use crate::{Backend, SolarError};
 pub const SCHEMA_VERSION: u32 = 1;
 /// File names inside an analysis directory.
 pub const OPERATOR_GRAPH_FILE: &str = "operator_graph.yaml";
-/// The IR.
-pub const IR_FILE: &str = "ir.yaml";
+/// What the conversion check verified (an in-toto statement).
+pub const ATTESTATION_FILE: &str = "conversion-attestation.yaml";
 /// The analysis record.
 pub const ANALYSIS_FILE: &str = "solar-analysis.yaml";
 /// The manifest binding the other three.
@@ -103,6 +103,66 @@ pub struct Manifest {
     pub workload: String,
     /// File name -> SHA-256.
     pub files: IndexMap<String, String>,
+}
+
+/// `https://in-toto.io/Statement/v1`, the statement type of [`ConversionAttestation`].
+pub const IN_TOTO_STATEMENT: &str = "https://in-toto.io/Statement/v1";
+/// Predicate type of our attestation: the replay is of shapes, not numerical (the port's
+/// callable-to-einsum attestation replays values; ours does not claim that).
+pub const ATTESTATION_PREDICATE: &str =
+    "https://kernelgate.dev/attestations/operator-graph-to-einsum-shape-replay/v1";
+
+/// A SHA-256 digest as in-toto spells it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Digest {
+    /// Lower-case hex.
+    pub sha256: String,
+}
+
+/// One attested file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Subject {
+    /// File name (`definition.json` names the definition file the reference came from).
+    pub name: String,
+    /// Its digest.
+    pub digest: Digest,
+}
+
+/// What the conversion check found.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttestationPredicate {
+    /// `passed`: an analysis is only written when lowering and the replay check passed.
+    pub status: String,
+    /// kg-solar and its version.
+    pub verifier: String,
+    /// The port's name of the path ([`Backend::port_name`]).
+    pub ir_path: String,
+    /// Our backend name.
+    pub backend: Backend,
+    /// Ops traced (metadata calls excluded).
+    pub ops: usize,
+    /// Ops whose output shapes the IR re-derived and matched to the trace.
+    pub replay_checked: usize,
+    /// Ops whose output shapes came from the trace only.
+    pub replay_traced_only: usize,
+    /// Whether values were replayed numerically (never, here: the check is of shapes).
+    pub numerical_replay: bool,
+}
+
+/// `conversion-attestation.yaml`: an in-toto statement binding the definition and the two
+/// graph files to what the conversion check verified.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConversionAttestation {
+    /// [`IN_TOTO_STATEMENT`].
+    #[serde(rename = "_type")]
+    pub statement_type: String,
+    /// Definition file, operator graph, IR file.
+    pub subject: Vec<Subject>,
+    /// [`ATTESTATION_PREDICATE`].
+    #[serde(rename = "predicateType")]
+    pub predicate_type: String,
+    /// The findings.
+    pub predicate: AttestationPredicate,
 }
 
 /// One finished analysis.
@@ -340,8 +400,43 @@ pub fn analysis_dir(root: &Path, definition: &str, workload: &str) -> PathBuf {
     root.join(clean(definition)).join(clean(workload))
 }
 
-/// Writes the four files of an analysis into `dir`, atomically as a directory: they are
-/// written into a temporary sibling that is then renamed over `dir`.
+/// The conversion attestation of `a`, bound to the texts written for its graph files.
+pub fn attestation(a: &Analysis, graph_text: &str, ir_text: &str) -> ConversionAttestation {
+    let subject = |name: &str, sha256: String| Subject {
+        name: name.to_string(),
+        digest: Digest { sha256 },
+    };
+    let backend = a.record.backend;
+    ConversionAttestation {
+        statement_type: IN_TOTO_STATEMENT.into(),
+        subject: vec![
+            subject("definition.json", a.record.definition_sha256.clone()),
+            subject(
+                OPERATOR_GRAPH_FILE,
+                kg_contract::io::sha256_hex(graph_text.as_bytes()),
+            ),
+            subject(
+                backend.ir_file(),
+                kg_contract::io::sha256_hex(ir_text.as_bytes()),
+            ),
+        ],
+        predicate_type: ATTESTATION_PREDICATE.into(),
+        predicate: AttestationPredicate {
+            status: "passed".into(),
+            verifier: format!("kg-solar {} shape replay", a.record.tool_version),
+            ir_path: backend.port_name().into(),
+            backend,
+            ops: a.ir.ops.len(),
+            replay_checked: a.record.replay_checked,
+            replay_traced_only: a.record.replay_traced_only,
+            numerical_replay: false,
+        },
+    }
+}
+
+/// Writes the published file set of an analysis into `dir` (operator graph, IR under the
+/// path's name, conversion attestation, record, manifest), atomically as a directory: they
+/// are written into a temporary sibling that is then renamed over `dir`.
 pub fn write_analysis(dir: &Path, a: &Analysis, hw: &LoadedSpec) -> Result<Manifest, SolarError> {
     let parent = dir.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent).map_err(|source| SolarError::Io {
@@ -356,9 +451,14 @@ pub fn write_analysis(dir: &Path, a: &Analysis, hw: &LoadedSpec) -> Result<Manif
             source,
         })?;
     let mut files = IndexMap::new();
+    let ir_file = a.record.backend.ir_file();
+    let graph_text = yaml(&a.graph, OPERATOR_GRAPH_FILE)?;
+    let ir_text = yaml(&a.ir, ir_file)?;
+    let attestation = attestation(a, &graph_text, &ir_text);
     for (name, text) in [
-        (OPERATOR_GRAPH_FILE, yaml(&a.graph, OPERATOR_GRAPH_FILE)?),
-        (IR_FILE, yaml(&a.ir, IR_FILE)?),
+        (OPERATOR_GRAPH_FILE, graph_text),
+        (ir_file, ir_text),
+        (ATTESTATION_FILE, yaml(&attestation, ATTESTATION_FILE)?),
         (ANALYSIS_FILE, yaml(&a.record, ANALYSIS_FILE)?),
     ] {
         kg_contract::io::write_atomic(&tmp.path().join(name), text.as_bytes())?;
@@ -397,6 +497,21 @@ pub fn write_analysis(dir: &Path, a: &Analysis, hw: &LoadedSpec) -> Result<Manif
         }
     })?;
     Ok(manifest)
+}
+
+/// The files of the port's published set that `manifest` does not bind: operator graph, the
+/// path's IR file, conversion attestation, analysis record. Empty for a complete set; older
+/// analyses (`ir.yaml`, no attestation) list what they lack.
+pub fn missing_published_files(manifest: &Manifest) -> Vec<&'static str> {
+    [
+        OPERATOR_GRAPH_FILE,
+        manifest.backend.ir_file(),
+        ATTESTATION_FILE,
+        ANALYSIS_FILE,
+    ]
+    .into_iter()
+    .filter(|f| !manifest.files.contains_key(*f))
+    .collect()
 }
 
 /// Reads an analysis directory back, re-hashing every file against its manifest.

@@ -11,8 +11,10 @@
 //!    IR's output shapes with the traced ones.
 //! 3. **Bound** ([`analysis::analyze_graph`]): `T_SOL = max(T_compute, T_memory_fused)` on a
 //!    [`hardware::HardwareSpec`], with the unfused memory model reported beside it.
-//! 4. **Artifacts** ([`analysis::write_analysis`]): `operator_graph.yaml`, `ir.yaml`,
-//!    `solar-analysis.yaml` and `manifest.yaml` (SHA-256 of each), written atomically.
+//! 4. **Artifacts** ([`analysis::write_analysis`]): the port's published file set,
+//!    `operator_graph.yaml`, the IR under the path's name ([`Backend::ir_file`]),
+//!    `conversion-attestation.yaml` (what the replay check verified, hash-bound to the graph
+//!    files), `solar-analysis.yaml`, and `manifest.yaml` (SHA-256 of each), written atomically.
 //!
 //! Not for: timing, scoring (kg-score), or running candidate code. Counting conventions are in
 //! `docs/solar.md`.
@@ -28,13 +30,19 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-/// The two fixed extraction paths.
+/// The two fixed extraction paths. The SOL ExecBench ROCm port names them
+/// `make_fx_aten` and `torchview_extended_einsum`; those names are accepted everywhere a
+/// backend is read ([`Backend::from_str`], serde aliases), and ours are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Backend {
-    /// ATen ops after dispatch, through `make_fx` in fake-tensor mode.
+    /// ATen ops after dispatch, through `make_fx` in fake-tensor mode (the port's
+    /// `make_fx_aten`).
+    #[serde(alias = "make_fx_aten")]
     Aten,
-    /// torch-function calls (torch.*, Tensor methods, torch.nn.functional.*), outermost only.
+    /// torch-function calls (torch.*, Tensor methods, torch.nn.functional.*), outermost only
+    /// (the port's `torchview_extended_einsum`: the function-level path).
+    #[serde(alias = "torchview_extended_einsum")]
     Fx,
 }
 
@@ -44,6 +52,40 @@ impl Backend {
         match self {
             Backend::Aten => "aten",
             Backend::Fx => "fx",
+        }
+    }
+
+    /// The port's name of this path: `make_fx_aten` or `torchview_extended_einsum`.
+    pub fn port_name(self) -> &'static str {
+        match self {
+            Backend::Aten => "make_fx_aten",
+            Backend::Fx => "torchview_extended_einsum",
+        }
+    }
+
+    /// The IR file of this path, named as the port names it: `aten_graph.yaml` for
+    /// `make_fx_aten`, `einsum_graph.yaml` for `torchview_extended_einsum` (both hold our
+    /// extended-einsum IR; the ATen path keeps ATen op names in it).
+    pub fn ir_file(self) -> &'static str {
+        match self {
+            Backend::Aten => "aten_graph.yaml",
+            Backend::Fx => "einsum_graph.yaml",
+        }
+    }
+}
+
+/// A backend name that is neither ours nor the port's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown SOLAR backend `{0}`; use aten (make_fx_aten) or fx (torchview_extended_einsum)")]
+pub struct UnknownBackend(pub String);
+
+impl std::str::FromStr for Backend {
+    type Err = UnknownBackend;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "aten" | "make_fx_aten" => Ok(Backend::Aten),
+            "fx" | "torchview_extended_einsum" => Ok(Backend::Fx),
+            other => Err(UnknownBackend(other.to_string())),
         }
     }
 }
