@@ -24,10 +24,16 @@ pub enum ScoreCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Verify a release bundle: re-hash every artifact and recompute the score.
+    /// Verify a release bundle: re-hash every artifact and recompute the score. Reads
+    /// kernelgate's bundles and the SOL ExecBench ROCm port's (`RELEASE/release-bundle.json`,
+    /// `sol_execbench.release_bundle.v2`).
     Official {
         /// Path of release-bundle.json.
         bundle: PathBuf,
+        /// Port bundles: score over this corpus manifest SHA-256 instead of the port's pinned
+        /// one (the report says so).
+        #[arg(long, value_name = "SHA256")]
+        corpus_sha256: Option<String>,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -85,7 +91,53 @@ pub fn run(cmd: ScoreCommand) -> Result<i32> {
             }
             Ok(kg_contract::exit::OK)
         }
-        ScoreCommand::Official { bundle: path, json } => {
+        ScoreCommand::Official {
+            bundle: path,
+            json,
+            corpus_sha256,
+        } if kg_score::port::is_port_bundle(&path)? => {
+            let opts = kg_score::port::VerifyOptions { corpus_sha256 };
+            let r = kg_score::port::verify(&path, &opts).with_context(|| {
+                format!(
+                    "port release bundle `{}` failed verification",
+                    path.display()
+                )
+            })?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                for (p, s) in &r.problem_scores {
+                    println!("{p:<56} {s:>8.6}");
+                }
+                println!(
+                    "Official SOL score: {:.9} over {} problems, {} workloads",
+                    r.score,
+                    r.problem_scores.len(),
+                    r.scored_workloads
+                );
+                println!(
+                    "candidate {}  baseline {}  source {}  bundle sha256 {}",
+                    r.candidate_id, r.baseline_id, r.source_revision, r.release_bundle_sha256
+                );
+                println!(
+                    "verified: {} artifacts re-hashed; corpus manifest {}{}",
+                    r.artifacts_verified,
+                    r.corpus_manifest_sha256,
+                    if r.corpus_is_port_pinned {
+                        " (the port's pinned corpus)"
+                    } else {
+                        " (NOT the port's pinned corpus: pinned by --corpus-sha256)"
+                    }
+                );
+                for u in &r.unchecked {
+                    println!("not checked: {u}");
+                }
+            }
+            Ok(kg_contract::exit::OK)
+        }
+        ScoreCommand::Official {
+            bundle: path, json, ..
+        } => {
             let (b, r) = bundle::verify(&path)
                 .with_context(|| format!("bundle `{}` failed verification", path.display()))?;
             if json {
@@ -115,7 +167,32 @@ pub fn run(cmd: ScoreCommand) -> Result<i32> {
             for e in &p.errors {
                 println!("error when: {e}");
             }
-            if let Some(path) = path {
+            if let Some(path) = path
+                .as_ref()
+                .filter(|p| kg_score::port::is_port_bundle(p).unwrap_or(false))
+            {
+                let (b, _): (kg_score::port::PortBundle, _) = kg_contract::io::load_json(path)?;
+                println!(
+                    "bundle format:     {} (SOL ExecBench ROCm port)",
+                    b.schema_version
+                );
+                for (what, r) in [
+                    ("corpus manifest", &b.corpus_manifest),
+                    ("baseline", &b.baseline),
+                    ("candidate", &b.candidate),
+                    ("solar", &b.solar),
+                ] {
+                    println!(
+                        "{what:<18} {} ({} bytes, sha256 {})",
+                        r.path, r.size_bytes, r.sha256
+                    );
+                }
+                println!(
+                    "corpus pinned:     {}",
+                    b.corpus_manifest.sha256 == kg_score::port::PINNED_CORPUS_MANIFEST_SHA256
+                );
+                println!("not verified; run `kg-bench score official`");
+            } else if let Some(path) = path {
                 let (b, _): (bundle::ReleaseBundle, _) = kg_contract::io::load_json(&path)?;
                 println!("baseline solution: {}", b.baseline.solution);
                 println!("baseline device:   {}", b.device);

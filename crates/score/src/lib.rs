@@ -8,10 +8,14 @@
 //! - [`bundle`]: the release bundle that binds corpus, traces, SOL manifests, tool version and
 //!   device by SHA-256, and [`bundle::verify`], which re-hashes everything and recomputes the
 //!   score; caller-written numbers are never accepted in place of the bound artifacts.
+//! - [`port`]: the SOL ExecBench ROCm port's published bundle (`sol_execbench.release_bundle.v2`)
+//!   and [`port::verify`], which checks every SHA-256/size binding down to the SOLAR artifacts,
+//!   the corpus pins, denominators and timing protocol, fail-closed, and computes its score.
 //!
 //! Not for: running kernels or deriving T_SOL (kg-solar does that).
 
 pub mod bundle;
+pub mod port;
 
 use std::path::{Path, PathBuf};
 
