@@ -34,12 +34,17 @@
 //!    then is the lock released. If the restore fails, the lock is kept until the process
 //!    exits and the record stays, so `kg-gpu status` and the next owner see it. SIGKILL cannot
 //!    be handled: the lock is freed by the kernel and the record is left **stale**.
+//!    Whatever the owner cannot verify (a restore that failed or never ran, a child process
+//!    group that survived SIGKILL) stays in [`recovery`] evidence, written before clocks are
+//!    touched, which blocks every later owner until `kg-gpu recover` clears it.
 //! 3. **Children borrow, never take over.** A child started under a claim sees only the
 //!    claimed device (by UUID where the runtime accepts one, so its index is 0), finds the
 //!    evidence in `KG_GPU_CLAIM`, and may contend for the L2 execution lock
 //!    ([`lock::ExecutionLock`]) named by `KG_GPU_L2_LOCK` to serialise device work. It never
 //!    touches L1 or clocks. The owner waits for its children (their whole process group)
-//!    before it restores clocks and releases L1.
+//!    before it restores clocks and releases L1. kg-bench, the borrower that runs kernels,
+//!    takes L2 in its parent process around each workload (`kg_exec::l2`), never in its
+//!    sandboxed workers.
 //! 4. **Acquisition is non-blocking.** A held device is refused immediately, naming the
 //!    holder from its owner record. Only L2 waits, bounded by `KG_GPU_L2_TIMEOUT`.
 //! 5. **All processes that must exclude each other use the same lock directory**
