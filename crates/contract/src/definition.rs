@@ -53,9 +53,20 @@ impl TensorSpec {
     }
 }
 
+/// The definition schema versions kernelgate reads; absent is SOL-ExecBench's unversioned format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum DefinitionSchema {
+    /// The ROCm port's `sol_execbench.definition.v1`: no field beyond the port's is accepted.
+    #[serde(rename = "sol_execbench.definition.v1")]
+    V1,
+}
+
 /// A problem definition: axes, tensors and a PyTorch reference defining `run`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Definition {
+    /// `sol_execbench.definition.v1` (the ROCm port's), or absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema_version: Option<DefinitionSchema>,
     /// Unique name, e.g. `rmsnorm_h4096`.
     pub name: String,
     /// Compute category, e.g. `gemm`.

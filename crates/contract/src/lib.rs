@@ -3,7 +3,10 @@
 //! - SOL-ExecBench / FlashInfer-Bench formats: [`Definition`], [`Workload`], [`Solution`],
 //!   [`Trace`] (with the nine [`Status`]es). kernelgate's additions (timing method, spread,
 //!   device identity, clocks) are optional fields that upstream readers ignore. Unknown fields
-//!   are accepted and returned as warnings, never rejected (upstream files carry extras).
+//!   are accepted and returned as warnings (upstream files carry extras), except in the ROCm
+//!   port's versioned files (`sol_execbench.workload.v2` with its per-output
+//!   [`OutputCheck`]s, `sol_execbench.definition.v1`), which are read as strictly as the port
+//!   reads them: there any unknown field is a load error.
 //! - [`load_solution`], [`load_traces`] (which applies [`Evaluation::check_nullable`]: the
 //!   status decides whether `correctness` / `performance` are present).
 //! - [`Problem`]: a problem directory, loaded and validated; errors name the file, the JSONL
@@ -38,7 +41,7 @@ pub mod tree;
 pub mod workload;
 
 pub use claim::{ClaimClocks, ClaimLocks, GpuClaim, IdlenessBasis, LockOwner};
-pub use definition::{Axis, Definition, TensorSpec};
+pub use definition::{Axis, Definition, DefinitionSchema, TensorSpec};
 pub use dtype::DType;
 pub use error::{ContractError, Location};
 pub use isolation::{IsolationReport, Layer, LayerState};
@@ -46,10 +49,14 @@ pub use problem::{LoadedWorkload, Problem, load_definition, load_solution};
 pub use report::{Finding, Severity, Stage, StageStatus, Stages, ValidationReport, Verdict};
 pub use solution::{BuildSpec, CompileOptions, Solution, SourceFile};
 pub use trace::{
-    ClockState, Correctness, DeviceIdentity, Environment, Evaluation, NullableError, Performance,
-    Retry, RetryReason, Spread, Status, TimingMethod, Trace, Unverified, load_traces,
+    CheckFigures, CheckResult, ClockState, Correctness, DeviceIdentity, Environment, Evaluation,
+    NullableError, Performance, Retry, RetryReason, Spread, Status, TimingMethod, Trace,
+    Unverified, load_traces,
 };
-pub use workload::{InputSpec, MAX_TOLERANCE, ScalarValue, Tolerance, Workload};
+pub use workload::{
+    CodeDistanceMode, Generator, InputSpec, IntBound, MAX_TOLERANCE, NumericMode, OutputCheck,
+    ScalarValue, Tolerance, Workload, WorkloadSchema,
+};
 
 /// Process exit codes shared by the binaries.
 pub mod exit {

@@ -3,12 +3,21 @@
 
 use std::path::{Path, PathBuf};
 
+use indexmap::IndexMap;
+use serde_json::Value;
+
 use crate::definition::{Axis, Definition};
+use crate::dtype::DType;
 use crate::error::{ContractError, Location};
 use crate::io::{load_json, load_jsonl, read_to_string};
 use crate::shape::{self, Resolved};
 use crate::solution::Solution;
-use crate::workload::{InputSpec, Workload};
+use crate::workload::{
+    CodeDistanceMode, Generator, InputSpec, IntBound, MAX_TOLERANCE, OutputCheck, Workload,
+};
+
+/// The v2 workload schema's name, as written in `schema_version`.
+const V2_NAME: &str = "sol_execbench.workload.v2";
 
 /// File name of a problem's definition.
 pub const DEFINITION_FILE: &str = "definition.json";
@@ -64,6 +73,17 @@ fn invalid(
 /// Loads a definition file, filling `reference` from a sibling `reference.py` if it is empty.
 pub fn load_definition(path: &Path) -> Result<(Definition, Vec<String>), ContractError> {
     let (mut def, unknown): (Definition, _) = load_json(path)?;
+    // A versioned (ROCm port) definition is read as strictly as the port reads it.
+    if def.schema_version.is_some()
+        && let Some(f) = unknown.first()
+    {
+        return Err(invalid(
+            path,
+            None,
+            f.clone(),
+            "unknown field in a `sol_execbench.definition.v1` definition; that schema has no such field".into(),
+        ));
+    }
     let warnings = unknown
         .into_iter()
         .map(|f| format!("`{}`: unknown field `{f}` ignored", path.display()))
@@ -233,7 +253,7 @@ pub fn check_workload(
                 return Err(at(
                     format!("inputs.{name}.type"),
                     format!(
-                        "is `scalar`, but `{name}` is a tensor (shape not null); expected `random`, `safetensors` or `custom`"
+                        "is `scalar`, but `{name}` is a tensor (shape not null); expected `random`, `generated`, `safetensors` or `custom`"
                     ),
                 ));
             }
@@ -260,7 +280,8 @@ pub fn check_workload(
         .filter(|(_, i)| matches!(i, InputSpec::Custom))
         .map(|(n, _)| n.as_str())
         .collect();
-    if !custom.is_empty() && custom.len() != w.inputs.len() {
+    // v2 (the ROCm port) lets the entry point build only the `custom` inputs, beside others.
+    if !w.is_v2() && !custom.is_empty() && custom.len() != w.inputs.len() {
         let other: Vec<&str> = w
             .inputs
             .iter()
@@ -292,6 +313,14 @@ pub fn check_workload(
     // with (an infinite tolerance, an element count past int64, an eps past float32) reaches it.
     if let Err((field, message)) = w.tolerance().check() {
         return Err(at(format!("tolerance.{field}"), message));
+    }
+    check_checks(def, w, &resolved).map_err(|(f, m)| at(f, m))?;
+    for (name, spec) in &def.inputs {
+        if let Some(InputSpec::Generated { generator }) = w.inputs.get(name) {
+            let dims = resolved.inputs.get(name).cloned().flatten();
+            check_generator(generator, spec.dtype, dims.as_deref(), &resolved.axes)
+                .map_err(|(f, m)| at(format!("inputs.{name}.generator{f}"), m))?;
+        }
     }
     for (name, spec) in &def.inputs {
         if let Some(InputSpec::Scalar { value }) = w.inputs.get(name)
@@ -330,6 +359,377 @@ pub fn check_workload(
     Ok(resolved)
 }
 
+/// A located finding inside a workload: (field path, message).
+type Finding = (String, String);
+
+/// A tolerance-like field: finite, in `[0, MAX_TOLERANCE]`.
+fn bounded(field: &str, v: f64) -> Result<(), Finding> {
+    if v.is_finite() && (0.0..=MAX_TOLERANCE).contains(&v) {
+        Ok(())
+    } else {
+        Err((
+            field.to_string(),
+            format!(
+                "is {v:e}; expected a finite number in [0, {MAX_TOLERANCE:e}] (kg_contract::MAX_TOLERANCE)"
+            ),
+        ))
+    }
+}
+
+/// A field the port pins to one value (`required_matched_ratio: 1`, `max_mismatch_ratio: 0`).
+fn pinned(field: &str, v: f64, want: f64) -> Result<(), Finding> {
+    if v == want {
+        Ok(())
+    } else {
+        Err((
+            field.to_string(),
+            format!("is {v}; the v2 schema allows only {want}"),
+        ))
+    }
+}
+
+/// The version rules and every check of a workload: v2 has non-empty `checks` covering every
+/// output exactly once and no `tolerance`; v1 has no `checks`. Each check's fields are in
+/// range and its outputs' dtypes and shapes fit it (the ROCm port's contract validation).
+fn check_checks(def: &Definition, w: &Workload, resolved: &Resolved) -> Result<(), Finding> {
+    let Some(checks) = w.checks.as_ref().filter(|_| w.is_v2()) else {
+        if w.checks.is_some() {
+            return Err((
+                "checks".into(),
+                format!(
+                    "is a v2 field; add `\"schema_version\": \"{}\"` (or use `tolerance`, v1)",
+                    V2_NAME
+                ),
+            ));
+        }
+        if w.is_v2() {
+            return Err((
+                "checks".into(),
+                "missing; a v2 workload must list a check for every output".into(),
+            ));
+        }
+        return Ok(());
+    };
+    if w.tolerance.is_some() {
+        return Err((
+            "tolerance".into(),
+            "is a v1 field; a v2 workload states its bounds in `checks`".into(),
+        ));
+    }
+    if checks.is_empty() {
+        return Err((
+            "checks".into(),
+            "empty; a v2 workload must list a check for every output".into(),
+        ));
+    }
+    let mut covered: IndexMap<&str, usize> = IndexMap::new();
+    for (i, c) in checks.iter().enumerate() {
+        let f = |name: &str| format!("checks[{i}].{name}");
+        for o in c.outputs() {
+            if !def.outputs.contains_key(o) {
+                return Err((
+                    f(if matches!(c, OutputCheck::TopkRouting { .. }) {
+                        "ids_output"
+                    } else {
+                        "output"
+                    }),
+                    format!(
+                        "`{o}` is not an output of definition `{}` (outputs: {})",
+                        def.name,
+                        def.outputs.keys().cloned().collect::<Vec<_>>().join(", ")
+                    ),
+                ));
+            }
+            if let Some(first) = covered.insert(o, i) {
+                return Err((
+                    f("type"),
+                    format!(
+                        "checks output `{o}`, which `checks[{first}]` checks already; each output is checked exactly once"
+                    ),
+                ));
+            }
+        }
+        let dtype = |o: &str| def.outputs[o].dtype;
+        match c {
+            OutputCheck::Numeric {
+                max_atol,
+                max_rtol,
+                required_matched_ratio,
+                max_error_cap,
+                denominator_epsilon,
+                ..
+            } => {
+                bounded(&f("max_atol"), *max_atol)?;
+                bounded(&f("max_rtol"), *max_rtol)?;
+                if let Some(cap) = max_error_cap {
+                    bounded(&f("max_error_cap"), *cap)?;
+                }
+                pinned(&f("required_matched_ratio"), *required_matched_ratio, 1.0)?;
+                if *denominator_epsilon <= 0.0 {
+                    return Err((
+                        f("denominator_epsilon"),
+                        format!("is {denominator_epsilon:e}; expected a number > 0"),
+                    ));
+                }
+                bounded(&f("denominator_epsilon"), *denominator_epsilon)?;
+            }
+            OutputCheck::Exact { output } => {
+                if dtype(output).is_float() {
+                    return Err((
+                        f("output"),
+                        format!(
+                            "`{output}` is {}; an exact check needs an integer or bool output",
+                            dtype(output)
+                        ),
+                    ));
+                }
+            }
+            OutputCheck::CodeDistance {
+                output,
+                mode,
+                max_distance,
+                required_matched_ratio,
+            } => {
+                let d = dtype(output);
+                match mode {
+                    CodeDistanceMode::Value if d.is_float() => {
+                        return Err((
+                            f("mode"),
+                            format!(
+                                "is `value`, but `{output}` is {d}; expected an integer output"
+                            ),
+                        ));
+                    }
+                    CodeDistanceMode::RawBits if d.bits() != 8 => {
+                        return Err((
+                            f("mode"),
+                            format!(
+                                "is `raw_bits`, but `{output}` is {d}; expected a one-byte dtype"
+                            ),
+                        ));
+                    }
+                    _ => {}
+                }
+                if i64::try_from(*max_distance).is_err() {
+                    return Err((
+                        f("max_distance"),
+                        format!("is {max_distance}; expected at most {}", i64::MAX),
+                    ));
+                }
+                pinned(&f("required_matched_ratio"), *required_matched_ratio, 1.0)?;
+            }
+            OutputCheck::TopkRouting {
+                ids_output,
+                weights_output,
+                gating_input,
+                bias_input,
+                topk,
+                tie_atol,
+                weight_atol,
+                max_mismatch_ratio,
+            } => {
+                for (field, name) in std::iter::once(("gating_input", gating_input))
+                    .chain(bias_input.iter().map(|b| ("bias_input", b)))
+                {
+                    if def.inputs.get(name).is_none_or(|s| s.is_scalar()) {
+                        return Err((
+                            f(field),
+                            format!(
+                                "`{name}` is not a tensor input of definition `{}`",
+                                def.name
+                            ),
+                        ));
+                    }
+                }
+                if *topk == 0 {
+                    return Err((f("topk"), "is 0; expected at least 1".into()));
+                }
+                bounded(&f("tie_atol"), *tie_atol)?;
+                bounded(&f("weight_atol"), *weight_atol)?;
+                pinned(&f("max_mismatch_ratio"), *max_mismatch_ratio, 0.0)?;
+                let ids = resolved.outputs.get(ids_output).cloned().flatten();
+                let weights = resolved.outputs.get(weights_output).cloned().flatten();
+                let gating = resolved.inputs.get(gating_input).cloned().flatten();
+                let ok = match (&ids, &weights, &gating) {
+                    (Some(i), Some(wt), Some(g)) => {
+                        i == wt
+                            && i.last().is_some_and(|&k| u64::try_from(k) == Ok(*topk))
+                            && g.len() == i.len()
+                            && g[..g.len() - 1] == i[..i.len() - 1]
+                    }
+                    _ => false,
+                };
+                if !ok {
+                    return Err((
+                        f("topk"),
+                        format!(
+                            "`{ids_output}` {ids:?} and `{weights_output}` {weights:?} must share one shape [..., topk={topk}], whose leading dims are those of `{gating_input}` {gating:?}"
+                        ),
+                    ));
+                }
+                if dtype(ids_output).is_float() || !dtype(weights_output).is_float() {
+                    return Err((
+                        f("ids_output"),
+                        format!(
+                            "`{ids_output}` is {} and `{weights_output}` {}; expected integer ids and float weights",
+                            dtype(ids_output),
+                            dtype(weights_output)
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    let missing: Vec<&str> = def
+        .outputs
+        .keys()
+        .map(String::as_str)
+        .filter(|o| !covered.contains_key(o))
+        .collect();
+    if !missing.is_empty() {
+        return Err((
+            "checks".into(),
+            format!(
+                "no check for output(s) {}; a v2 workload checks every output exactly once",
+                missing.join(", ")
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A `generated` input's parameters against its dtype and shape (field path relative to
+/// `generator`, e.g. `.std`).
+fn check_generator(
+    g: &Generator,
+    dtype: DType,
+    shape: Option<&[i64]>,
+    axes: &IndexMap<String, i64>,
+) -> Result<(), Finding> {
+    let finite = |field: &str, v: f64| {
+        if v.is_finite() {
+            Ok(())
+        } else {
+            Err((
+                format!(".{field}"),
+                format!("is {v}; expected a finite number"),
+            ))
+        }
+    };
+    match g {
+        Generator::Normal { mean, std } => {
+            finite("mean", *mean)?;
+            finite("std", *std)?;
+            if *std <= 0.0 {
+                return Err((".std".into(), format!("is {std}; expected a number > 0")));
+            }
+        }
+        Generator::Uniform { low, high } => {
+            finite("low", *low)?;
+            finite("high", *high)?;
+            if low >= high {
+                return Err((
+                    ".low".into(),
+                    format!("is {low}, not below `high` ({high})"),
+                ));
+            }
+        }
+        Generator::Integer { low, high } => {
+            let Some((min, max)) = dtype.int_range().filter(|_| dtype != DType::Bool) else {
+                return Err((
+                    ".type".into(),
+                    format!("is `integer`, but the input is {dtype}; expected an integer dtype"),
+                ));
+            };
+            let value = |field: &str, b: &IntBound| match b {
+                IntBound::Int(v) => Ok(*v),
+                IntBound::Expr(e) => shape::eval(e, axes)
+                    .map_err(|err| (format!(".{field}"), format!("`{e}`: {err}"))),
+            };
+            let (lo, hi) = (value("low", low)?, value("high", high)?);
+            if lo >= hi || lo < min || hi - 1 > max {
+                return Err((
+                    ".high".into(),
+                    format!("[{lo}, {hi}) is empty or leaves {dtype}'s range [{min}, {max}]"),
+                ));
+            }
+        }
+        Generator::Bernoulli { probability } => {
+            if !(0.0..=1.0).contains(probability) {
+                return Err((
+                    ".probability".into(),
+                    format!("is {probability}; expected a probability in [0, 1]"),
+                ));
+            }
+        }
+        Generator::Constant { value } => {
+            value
+                .check_for(dtype)
+                .map_err(|m| (".value".to_string(), m))?;
+        }
+        Generator::Simplex { axis, temperature } => {
+            finite("temperature", *temperature)?;
+            if *temperature <= 0.0 {
+                return Err((
+                    ".temperature".into(),
+                    format!("is {temperature}; expected a number > 0"),
+                ));
+            }
+            if !dtype.is_float() {
+                return Err((
+                    ".type".into(),
+                    format!("is `simplex`, but the input is {dtype}; expected a float dtype"),
+                ));
+            }
+            let rank = shape.map_or(0, <[i64]>::len) as i64;
+            let a = if *axis < 0 { rank + axis } else { *axis };
+            if rank == 0 || !(0..rank).contains(&a) {
+                return Err((
+                    ".axis".into(),
+                    format!("is {axis}, outside the input's rank {rank}"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The keys of `raw` (a document as written) that its parsed form `parsed` lacks, as dotted
+/// paths: what serde skipped silently (inside tagged enums) or would have warned about.
+fn unread_keys(raw: &Value, parsed: &Value, path: &str, out: &mut Vec<String>) {
+    match (raw, parsed) {
+        (Value::Object(r), Value::Object(p)) => {
+            for (k, v) in r {
+                let at = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                match p.get(k) {
+                    Some(pv) => unread_keys(v, pv, &at, out),
+                    None => out.push(at),
+                }
+            }
+        }
+        (Value::Array(r), Value::Array(p)) => {
+            for (i, (rv, pv)) in r.iter().zip(p).enumerate() {
+                unread_keys(rv, pv, &format!("{path}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The first field of a v2 workload line that kernelgate did not read (the port rejects any
+/// field it does not define, and so does this).
+fn v2_unread(text: &str, w: &Workload) -> Option<String> {
+    let raw: Value = serde_json::from_str(text).ok()?;
+    let parsed = serde_json::to_value(w).ok()?;
+    let mut out = Vec::new();
+    unread_keys(&raw, &parsed, "", &mut out);
+    out.into_iter().next()
+}
+
 impl Problem {
     /// Loads `dir/definition.json` and `dir/workload.jsonl`.
     pub fn load(dir: &Path) -> Result<Problem, ContractError> {
@@ -349,7 +749,32 @@ impl Problem {
         let (def, mut warnings) = load_definition(definition)?;
         let mut loaded = Vec::new();
         let mut seen = std::collections::HashMap::new();
+        let mut lines: Option<Vec<String>> = None;
         for (line, w, unknown) in load_jsonl::<Workload>(workloads)? {
+            if w.is_v2() {
+                // Read once more as raw JSON: serde drops unknown keys inside tagged enums
+                // (an input's, a check's) without a word, and in v2 any unknown key is an error.
+                let text = match &lines {
+                    Some(l) => l,
+                    None => lines.insert(
+                        read_to_string(workloads)?
+                            .lines()
+                            .map(str::to_string)
+                            .collect(),
+                    ),
+                };
+                let raw = text.get(line - 1).map(String::as_str).unwrap_or("");
+                if let Some(f) = unknown.first().cloned().or_else(|| v2_unread(raw, &w)) {
+                    return Err(invalid(
+                        workloads,
+                        Some(line),
+                        f,
+                        format!(
+                            "unknown field in a `{V2_NAME}` workload; that schema has no such field (nothing unknown is ignored in v2)"
+                        ),
+                    ));
+                }
+            }
             warnings.extend(unknown.into_iter().map(|f| {
                 format!(
                     "`{}` line {line}: unknown field `{f}` ignored",

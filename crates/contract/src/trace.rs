@@ -127,6 +127,145 @@ pub struct Correctness {
     /// Correctness rounds run, each with fresh inputs (kernelgate addition).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rounds: Option<u32>,
+    /// A v2 workload's checks, in its order: which ran, on which outputs, with their worst
+    /// figures over the rounds (kernelgate addition; absent for v1 workloads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checks: Option<Vec<CheckResult>>,
+}
+
+/// What one check of a v2 workload found, over every evaluation of it (kernelgate addition).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CheckResult {
+    /// Its index in the workload's `checks`.
+    pub index: u32,
+    /// The outputs it judged.
+    pub outputs: Vec<String>,
+    /// Whether it passed every time it ran.
+    pub passed: bool,
+    /// How many times it ran (correctness rounds, and a failed check of the timed calls).
+    pub rounds: u32,
+    /// Its worst figures, by check type.
+    #[serde(flatten)]
+    pub figures: CheckFigures,
+}
+
+/// The figures of one check type (the ROCm port's per-check result fields).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum CheckFigures {
+    /// A numeric check.
+    Numeric {
+        /// Elementwise or normalized-max.
+        mode: crate::workload::NumericMode,
+        /// Largest `|o - r|`.
+        max_absolute_error: f64,
+        /// Largest relative error (the normalized error in `normalized_max` mode).
+        max_relative_error: f64,
+        /// Smallest fraction of elements within bounds.
+        matched_ratio: f64,
+        /// NaN seen where it fails the check.
+        has_nan: bool,
+        /// Inf (and no NaN) seen where it fails the check.
+        has_inf: bool,
+    },
+    /// An exact check.
+    Exact {
+        /// Most elements that differed in one evaluation.
+        mismatched_elements: u64,
+        /// Elements compared per evaluation.
+        total_elements: u64,
+    },
+    /// A code-distance check.
+    CodeDistance {
+        /// Largest code distance seen.
+        max_distance: u64,
+        /// Smallest fraction of codes within `max_distance`.
+        matched_ratio: f64,
+    },
+    /// A top-k routing check.
+    TopkRouting {
+        /// Largest fraction of tokens routed differently (beyond ties).
+        genuine_mismatch_ratio: f64,
+        /// Largest weight error of an expert both sides chose.
+        max_matched_weight_error: f64,
+    },
+}
+
+impl CheckResult {
+    /// Folds a later evaluation of the same check into this one: it passed only if both did,
+    /// and every figure is the worse of the two (results of different checks: not passed).
+    pub fn merge(&mut self, later: &CheckResult) {
+        use CheckFigures as F;
+        self.rounds += later.rounds;
+        self.passed &= later.passed;
+        let same = self.index == later.index && self.outputs == later.outputs;
+        match (&mut self.figures, &later.figures) {
+            (
+                F::Numeric {
+                    mode,
+                    max_absolute_error: a,
+                    max_relative_error: r,
+                    matched_ratio: m,
+                    has_nan: n,
+                    has_inf: i,
+                },
+                F::Numeric {
+                    mode: mode2,
+                    max_absolute_error: a2,
+                    max_relative_error: r2,
+                    matched_ratio: m2,
+                    has_nan: n2,
+                    has_inf: i2,
+                },
+            ) if same && mode == mode2 => {
+                *a = a.max(*a2);
+                *r = r.max(*r2);
+                *m = m.min(*m2);
+                *n |= *n2;
+                *i |= *i2;
+            }
+            (
+                F::Exact {
+                    mismatched_elements: e,
+                    total_elements: t,
+                },
+                F::Exact {
+                    mismatched_elements: e2,
+                    total_elements: t2,
+                },
+            ) if same => {
+                *e = (*e).max(*e2);
+                *t = (*t).max(*t2);
+            }
+            (
+                F::CodeDistance {
+                    max_distance: d,
+                    matched_ratio: m,
+                },
+                F::CodeDistance {
+                    max_distance: d2,
+                    matched_ratio: m2,
+                },
+            ) if same => {
+                *d = (*d).max(*d2);
+                *m = m.min(*m2);
+            }
+            (
+                F::TopkRouting {
+                    genuine_mismatch_ratio: g,
+                    max_matched_weight_error: w,
+                },
+                F::TopkRouting {
+                    genuine_mismatch_ratio: g2,
+                    max_matched_weight_error: w2,
+                },
+            ) if same => {
+                *g = g.max(*g2);
+                *w = w.max(*w2);
+            }
+            _ => self.passed = false,
+        }
+    }
 }
 
 /// Distribution of per-iteration latencies.

@@ -65,6 +65,87 @@ pub enum InputSpec {
     },
     /// Produced by the definition's `custom_inputs_entrypoint`.
     Custom,
+    /// Drawn from an explicit distribution (the ROCm port's `generated` inputs).
+    Generated {
+        /// The distribution.
+        generator: Generator,
+    },
+}
+
+/// An integer generator's bound: a literal or an expression over the definition's axes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum IntBound {
+    /// A literal integer.
+    Int(i64),
+    /// An axis expression, e.g. `"C"` or `"E - 1"`.
+    Expr(String),
+}
+
+fn one() -> f64 {
+    1.0
+}
+fn half() -> f64 {
+    0.5
+}
+fn last_axis() -> i64 {
+    -1
+}
+
+/// How a `generated` input's values are drawn (the ROCm port's generator specs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Generator {
+    /// `mean + std * N(0, 1)`, drawn in float32 and cast.
+    Normal {
+        /// Mean (default 0).
+        #[serde(default)]
+        mean: f64,
+        /// Standard deviation, > 0 (default 1).
+        #[serde(default = "one")]
+        std: f64,
+    },
+    /// Uniform in `[low, high)`, drawn in float32 and cast.
+    Uniform {
+        /// Lower bound (inclusive).
+        low: f64,
+        /// Upper bound (exclusive), > `low`.
+        high: f64,
+    },
+    /// Integers in `[low, high)`; integer dtypes only.
+    Integer {
+        /// Lower bound (inclusive).
+        low: IntBound,
+        /// Upper bound (exclusive).
+        high: IntBound,
+    },
+    /// 1 with probability `probability`, else 0, cast to the dtype.
+    Bernoulli {
+        /// Probability of a 1, in [0, 1] (default 0.5).
+        #[serde(default = "half")]
+        probability: f64,
+    },
+    /// Every element `value`.
+    Constant {
+        /// The value (finite).
+        value: ScalarValue,
+    },
+    /// `softmax(N(0, 1) / temperature)` along `axis`, in float32, cast; floating dtypes only.
+    Simplex {
+        /// The axis that sums to one (default -1).
+        #[serde(default = "last_axis")]
+        axis: i64,
+        /// Softmax temperature, > 0 (default 1).
+        #[serde(default = "one")]
+        temperature: f64,
+    },
+}
+
+impl Generator {
+    /// Whether every draw yields the same values (a constant), so the input is not random.
+    pub fn is_constant(&self) -> bool {
+        matches!(self, Generator::Constant { .. })
+    }
 }
 
 /// Default absolute tolerance (upstream `max_atol`).
@@ -195,24 +276,195 @@ impl Default for Tolerance {
     }
 }
 
+/// The workload schema versions kernelgate reads; a file without `schema_version` is v1
+/// (SOL-ExecBench's format, with an optional `tolerance`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum WorkloadSchema {
+    /// The ROCm port's v2: per-output `checks` replace `tolerance`.
+    #[serde(rename = "sol_execbench.workload.v2")]
+    V2,
+}
+
+/// The numeric check's default `max_atol` and `max_rtol` (the ROCm port's).
+pub const CHECK_DEFAULT_TOL: f64 = 1e-2;
+/// The numeric check's default `denominator_epsilon` (the ROCm port's).
+pub const CHECK_DEFAULT_EPSILON: f64 = 1e-12;
+/// The top-k check's default `tie_atol` (the ROCm port's).
+pub const CHECK_DEFAULT_TIE_ATOL: f64 = 1e-4;
+
+fn check_tol() -> f64 {
+    CHECK_DEFAULT_TOL
+}
+fn check_epsilon() -> f64 {
+    CHECK_DEFAULT_EPSILON
+}
+fn full_ratio() -> f64 {
+    1.0
+}
+fn tie_atol() -> f64 {
+    CHECK_DEFAULT_TIE_ATOL
+}
+
+/// How a numeric check measures error.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum NumericMode {
+    /// Every element within `max_atol + max_rtol * |ref|`.
+    #[default]
+    Elementwise,
+    /// `max |o - r| / (max |r| + denominator_epsilon) <= max_rtol`.
+    NormalizedMax,
+}
+
+/// How a code-distance check reads codes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CodeDistanceMode {
+    /// Integer values (integer outputs only).
+    #[default]
+    Value,
+    /// Raw storage bytes (one-byte dtypes only).
+    RawBits,
+}
+
+/// One correctness check of a v2 workload (the ROCm port's `OutputCheck`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum OutputCheck {
+    /// Numeric comparison of one output.
+    Numeric {
+        /// The output.
+        output: String,
+        /// Absolute tolerance (elementwise mode).
+        #[serde(default = "check_tol")]
+        max_atol: f64,
+        /// Relative tolerance (the bound on the normalized error in `normalized_max` mode).
+        #[serde(default = "check_tol")]
+        max_rtol: f64,
+        /// Fraction of elements that must match; exactly 1.
+        #[serde(default = "full_ratio")]
+        required_matched_ratio: f64,
+        /// Hard ceiling on the largest absolute error, if any.
+        #[serde(default)]
+        max_error_cap: Option<f64>,
+        /// `-inf` in the same place on both sides matches.
+        #[serde(default)]
+        allow_negative_inf: bool,
+        /// Elementwise or normalized-max.
+        #[serde(default)]
+        mode: NumericMode,
+        /// Added to `max |r|` in `normalized_max` mode; > 0.
+        #[serde(default = "check_epsilon")]
+        denominator_epsilon: f64,
+    },
+    /// Exact equality of one integer or boolean output.
+    Exact {
+        /// The output.
+        output: String,
+    },
+    /// Every code within `max_distance` of the reference's.
+    CodeDistance {
+        /// The output.
+        output: String,
+        /// Values or raw bytes.
+        #[serde(default)]
+        mode: CodeDistanceMode,
+        /// Largest allowed `|o - r|` per code.
+        max_distance: u64,
+        /// Fraction of codes that must match; exactly 1.
+        #[serde(default = "full_ratio")]
+        required_matched_ratio: f64,
+    },
+    /// Joint, tie-aware check of MoE routing ids and weights.
+    TopkRouting {
+        /// The integer expert-id output, `[..., topk]`.
+        ids_output: String,
+        /// The float weight output, same shape.
+        weights_output: String,
+        /// The input whose softmax scores the experts.
+        gating_input: String,
+        /// An input added to the scores before selection, if any.
+        #[serde(default)]
+        bias_input: Option<String>,
+        /// Experts selected per token, > 0.
+        topk: u64,
+        /// Score distance from the cut-off within which experts count as tied; >= 0.
+        #[serde(default = "tie_atol")]
+        tie_atol: f64,
+        /// Largest allowed weight error of a correctly chosen expert; >= 0.
+        #[serde(default = "check_tol")]
+        weight_atol: f64,
+        /// Fraction of tokens that may be routed differently; exactly 0.
+        #[serde(default)]
+        max_mismatch_ratio: f64,
+    },
+}
+
+impl OutputCheck {
+    /// The check's `type` as written in JSON.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            OutputCheck::Numeric { .. } => "numeric",
+            OutputCheck::Exact { .. } => "exact",
+            OutputCheck::CodeDistance { .. } => "code_distance",
+            OutputCheck::TopkRouting { .. } => "topk_routing",
+        }
+    }
+
+    /// The outputs the check judges.
+    pub fn outputs(&self) -> Vec<&str> {
+        match self {
+            OutputCheck::Numeric { output, .. }
+            | OutputCheck::Exact { output }
+            | OutputCheck::CodeDistance { output, .. } => vec![output.as_str()],
+            OutputCheck::TopkRouting {
+                ids_output,
+                weights_output,
+                ..
+            } => vec![ids_output.as_str(), weights_output.as_str()],
+        }
+    }
+}
+
 /// One workload: a JSONL line of `workload.jsonl`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Workload {
+    /// `sol_execbench.workload.v2`, or absent for v1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema_version: Option<WorkloadSchema>,
     /// Unique id.
     pub uuid: String,
     /// Values of the definition's `var` axes.
     pub axes: IndexMap<String, i64>,
     /// Data source per input name.
     pub inputs: IndexMap<String, InputSpec>,
-    /// Correctness bounds; upstream defaults when absent.
+    /// Correctness bounds (v1 only); upstream defaults when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tolerance: Option<Tolerance>,
+    /// Per-output correctness checks (v2 only; required there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checks: Option<Vec<OutputCheck>>,
 }
 
 impl Workload {
-    /// The effective tolerance (the workload's, else the defaults).
+    /// The effective v1 tolerance (the workload's, else the defaults); a v2 workload is judged
+    /// by its [`Workload::checks`] instead.
     pub fn tolerance(&self) -> Tolerance {
         self.tolerance.unwrap_or_default()
+    }
+
+    /// Whether this is a v2 workload.
+    pub fn is_v2(&self) -> bool {
+        self.schema_version == Some(WorkloadSchema::V2)
+    }
+
+    /// What the judge compares with: `{"checks": [...]}` for a v2 workload (no v1 tolerance,
+    /// so nothing falls back to the v1 defaults), else the v1 tolerance's fields.
+    pub fn judge_policy(&self) -> serde_json::Value {
+        match &self.checks {
+            Some(checks) => serde_json::json!({ "checks": checks }),
+            None => serde_json::to_value(self.tolerance()).unwrap_or(serde_json::Value::Null),
+        }
     }
 }
 

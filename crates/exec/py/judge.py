@@ -146,15 +146,64 @@ def _input_spec(workload, shapes, axes):
         elif t == "safetensors":
             out.append({"value": None, "safetensors": name})
             files = True
-        else:
+        elif t == "generated":
+            out.append({"name": name, "dtype": tspec["dtype"], "shape": shapes[name],
+                        "generator": _resolved_generator(s["generator"], axes)})
+        elif t == "random":
             out.append({"name": name, "dtype": tspec["dtype"], "shape": shapes[name]})
+        else:
+            raise RuntimeError(f"input `{name}` has type {t!r}, which the judge does not know")
     if not custom:
         return out, files
     ep = d.get("custom_inputs_entrypoint")
     if not ep or not callable(getattr(STATE["module"], ep, None)):
         raise RuntimeError("workload uses `custom` inputs but the reference has no custom_inputs_entrypoint")
     scalars = {k: s["value"] for k, s in specs.items() if s.get("type") == "scalar"}
-    return {"custom": {"source": d["reference"], "entrypoint": ep, "args": {**axes, **scalars}}, "inputs": out}, files
+    c = {"source": d["reference"], "entrypoint": ep, "args": {**axes, **scalars}}
+    if workload.get("schema_version") is not None:
+        c["names"] = [n for n in d["inputs"] if specs[n].get("type") == "custom"]
+    return {"custom": c, "inputs": out}, files
+
+
+def _resolved_generator(g, axes):
+    """Generator `g` with an integer generator's expression bounds evaluated over `axes` (the
+    loader evaluated them the same way and checked them against the dtype)."""
+    if g.get("type") != "integer":
+        return g
+    return {**g, "low": _axis_int(g["low"], axes), "high": _axis_int(g["high"], axes)}
+
+
+def _axis_int(v, axes):
+    """An integer bound: a literal, or an expression of axis names, integers, + - * / // % **
+    and parentheses (kg-contract's shape grammar; `/` must divide exactly)."""
+    import ast
+    import operator
+
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    if not isinstance(v, str):
+        raise ValueError(f"bound {v!r} is neither an integer nor an expression")
+    ops = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+
+    def ev(n):
+        if isinstance(n, ast.Constant) and type(n.value) is int:
+            return n.value
+        if isinstance(n, ast.Name) and n.id in axes:
+            return int(axes[n.id])
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.UAdd)):
+            x = ev(n.operand)
+            return -x if isinstance(n.op, ast.USub) else x
+        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div):
+            a, b = ev(n.left), ev(n.right)
+            if b == 0 or a % b:
+                raise ValueError(f"`{v}`: {a} / {b} is not an integer")
+            return a // b
+        if isinstance(n, ast.BinOp) and type(n.op) in ops:
+            return ops[type(n.op)](ev(n.left), ev(n.right))
+        raise ValueError(f"`{v}`: unsupported expression")
+
+    return ev(ast.parse(v, mode="eval").body)
 
 
 def random_spec(workload, shapes, axes):
@@ -275,7 +324,9 @@ def op_prepare(req, batched=False):
             return bad
     t_const = time.perf_counter()
     if req.get("check_constant"):
-        has_random = any(s.get("type") in ("random", "custom") for s in w["inputs"].values())
+        has_random = any(s.get("type") in ("random", "custom")
+                         or (s.get("type") == "generated" and s["generator"].get("type") != "constant")
+                         for s in w["inputs"].values())
         if has_random:
             try:
                 other = gen_inputs(w, req["input_shapes"], req["axes"], _derive_seed(w["uuid"], r, "constant-check"))
@@ -347,7 +398,8 @@ def _figures(o, r, atol, rtol, allow_ninf):
         (o_nan.any(1) | r_nan.any(1)).double(),
         (o_inf.any(1) | r_inf.any(1)).double(),
         bad_special.sum(1).double(),
-        ok.float().mean(1).double(),
+        # Counted exactly (a float32 mean rounds one mismatch in 2**25 elements away).
+        ok.sum(1).double() / max(of.shape[1], 1),
         diff.amax(1).double(),
         torch.where(finite, rel, torch.zeros_like(rel)).amax(1).double(),
         ((of == 0) | special).all(1).double(),  # every finite output element is zero
@@ -360,11 +412,15 @@ def _rows(ts):
     return ts[0].unsqueeze(0) if len(ts) == 1 else torch.stack(ts)
 
 
-def compare_many(pairs, tol):
+def compare_many(pairs, tol, inputs=None):
     """Check results (status + metrics) for (outputs, reference outputs) pairs, in order, ending
     at the first that did not pass. The rounds' elementwise work is done for all pairs at once,
     per output, and every figure comes back in one device-to-host copy: per round and output,
-    this was ~40 small kernel launches and a synchronisation (0.8-2.7 ms a round on an H200)."""
+    this was ~40 small kernel launches and a synchronisation (0.8-2.7 ms a round on an H200).
+    A v2 workload's `tol` is {"checks": [...]} (compare_checks; `inputs`: per pair, the inputs
+    its top-k routing checks score by name)."""
+    if "checks" in tol:
+        return compare_checks(pairs, tol["checks"], inputs)
     d = STATE["definition"]
     names = list(d["outputs"].keys())
     atol, rtol = float(tol["max_atol"]), float(tol["max_rtol"])
@@ -419,12 +475,309 @@ def compare_many(pairs, tol):
     return results
 
 
+# ---------------------------------------------------------------- v2 workload checks
+#
+# The ROCm port's closed set of per-output checks (its workload.py and output_checks.py), with
+# its semantics; where the port would let a wrong output through by accident (a NaN skipped by
+# a Python `max`, an expert id past the table, -inf making `max |r|` infinite), the check here
+# fails closed instead. Every round's figures come back in one device-to-host copy.
+
+_NUMERIC_FIGS = 11  # bad, has_nan, has_inf, out_nonzero, ref_nonzero, total, exceed, max_abs, max_rel, max_ref, ref_norm
+_TOPK_FIGS = 5  # mismatched rows, rows, max weight error, non-finite weights, shapes unusable
+
+
+def _numeric_figs(o, r, c):
+    """[R, _NUMERIC_FIGS] figures of one numeric check over R rounds (`o`, `r`: [R, ...])."""
+    rows = o.shape[0]
+    of = o.reshape(rows, -1).float()
+    rf = r.reshape(rows, -1).float()
+    if of.shape[1] == 0:
+        return torch.zeros(rows, _NUMERIC_FIGS, dtype=torch.float64, device=of.device)
+    atol, rtol = float(c["max_atol"]), float(c["max_rtol"])
+    if c["allow_negative_inf"]:
+        ninf = (of == -math.inf) & (rf == -math.inf)
+    else:
+        ninf = torch.zeros_like(of, dtype=torch.bool)
+    fin = torch.isfinite(of) & torch.isfinite(rf)
+    bad = ~fin & ~ninf
+    bad_any = bad.any(1)
+    nan_any = (torch.isnan(of) | torch.isnan(rf)).any(1)
+    zero = torch.zeros_like(of)
+    diff = torch.where(fin, (of - rf).abs(), zero)
+    ra = torch.where(fin, rf.abs(), zero)
+    exceed = (diff > atol + rtol * ra) & fin
+    rel = diff / torch.clamp(ra, min=atol if atol > 0 else 1e-12)
+    return torch.stack([
+        bad.sum(1).double(),
+        (bad_any & nan_any).double(),
+        (bad_any & ~nan_any).double(),
+        (of != 0).any(1).double(),
+        (rf != 0).any(1).double(),
+        (~ninf).sum(1).double(),
+        exceed.sum(1).double(),
+        diff.amax(1).double(),
+        rel.amax(1).double(),
+        ra.amax(1).double(),
+        torch.linalg.vector_norm(torch.where(fin, rf, zero), dim=1, dtype=torch.float64),
+    ], dim=1)
+
+
+def _numeric_verdict(c, f):
+    """(passed, figures for the trace, failure message) of a numeric check from one round's
+    _numeric_figs row."""
+    bad, has_nan, has_inf, out_nz, ref_nz, total, exceed, max_abs, max_rel, max_ref, norm = f
+    cap = c.get("max_error_cap")
+    n = c["output"]
+    fail = None
+    ratio = 1.0
+    if bad > 0:
+        max_abs = max_rel = 0.0
+        ratio = 0.0
+        fail = f"output `{n}`: {int(bad)} element(s) are NaN/Inf in the output or the reference (only -inf on both sides may match, with allow_negative_inf)"
+    elif ref_nz and not out_nz:
+        max_abs = max_rel = norm
+        ratio = 0.0
+        if c["mode"] != "normalized_max" or norm > float(c["max_rtol"]) or (cap is not None and norm > float(cap)):
+            fail = f"output `{n}` is all zeros but the reference is not (reference norm {norm:.6g})"
+        else:
+            ratio = 1.0
+    elif c["mode"] == "normalized_max":
+        max_rel = max_abs / (max_ref + float(c["denominator_epsilon"]))
+        if max_rel > float(c["max_rtol"]):
+            ratio = 0.0
+            fail = f"output `{n}`: max |o-r| / (max |r| + eps) = {max_rel:.6g} exceeds max_rtol {c['max_rtol']} (max abs error {max_abs:.6g})"
+    elif total > 0:
+        ratio = 1.0 - exceed / total
+        if ratio < float(c["required_matched_ratio"]):
+            fail = (f"output `{n}`: {int(exceed)} of {int(total)} element(s) outside atol={c['max_atol']} rtol={c['max_rtol']} "
+                    f"(matched ratio {ratio:.9f}, {c['required_matched_ratio']} required); max abs error {max_abs:.6g}, max rel error {max_rel:.6g}")
+    if fail is None and cap is not None and max_abs > float(cap):
+        ratio = 0.0 if c["mode"] == "normalized_max" else ratio
+        fail = f"output `{n}`: max abs error {max_abs:.6g} exceeds max_error_cap {cap}"
+    figs = {"mode": c["mode"], "max_absolute_error": max_abs, "max_relative_error": max_rel,
+            "matched_ratio": max(0.0, min(1.0, ratio)), "has_nan": bool(has_nan), "has_inf": bool(has_inf)}
+    return fail is None, figs, fail
+
+
+def _exact_figs(o, r, c):
+    rows = o.shape[0]
+    mism = (o.reshape(rows, -1) != r.reshape(rows, -1)).sum(1).double()
+    total = torch.full_like(mism, float(o[0].numel()))
+    return torch.stack([mism, total], dim=1)
+
+
+def _exact_verdict(c, f):
+    mism, total = int(f[0]), int(f[1])
+    fail = None if mism == 0 else f"output `{c['output']}`: {mism} of {total} element(s) differ (exact check)"
+    return fail is None, {"mismatched_elements": mism, "total_elements": total}, fail
+
+
+def _codes(t, mode):
+    rows = t.shape[0]
+    if mode == "raw_bits":
+        return t.contiguous().view(torch.uint8).reshape(rows, -1).to(torch.int32)
+    return t.reshape(rows, -1).to(torch.int64)
+
+
+def _code_distance_figs(o, r, c):
+    oc, rc = _codes(o, c["mode"]), _codes(r, c["mode"])
+    rows = oc.shape[0]
+    if oc.shape[1] == 0:
+        return torch.zeros(rows, 3, dtype=torch.float64, device=oc.device)
+    oc, rc = oc.to(torch.int64), rc.to(torch.int64)
+    # max - min >= 0; a negative difference wrapped past int64 (two extreme int64 codes), so
+    # the distance is beyond any max_distance (abs() of a wrapped one would read as close).
+    dist = torch.maximum(oc, rc) - torch.minimum(oc, rc)
+    wrapped = dist < 0
+    dist = torch.where(wrapped, torch.full_like(dist, (1 << 63) - 1), dist)
+    matched = ((dist <= int(c["max_distance"])) & ~wrapped).sum(1).double()
+    total = torch.full_like(matched, float(oc.shape[1]))
+    return torch.stack([matched, total, dist.amax(1).double()], dim=1)
+
+
+def _code_distance_verdict(c, f):
+    matched, total, dist = int(f[0]), int(f[1]), min(int(f[2]), (1 << 63) - 1)
+    ratio = 1.0 if total == 0 else matched / total
+    fail = None
+    if ratio < float(c["required_matched_ratio"]):
+        fail = (f"output `{c['output']}`: {total - matched} of {total} code(s) more than {c['max_distance']} from the reference "
+                f"({c['mode']}; largest distance {dist})")
+    return fail is None, {"max_distance": dist, "matched_ratio": ratio}, fail
+
+
+def _topk_round(ids_o, w_o, ids_r, w_r, gating, bias, c):
+    """[_TOPK_FIGS] figures of one top-k routing check for one round: per token (row), the
+    candidate's expert set must be the reference's but for experts tied (within tie_atol) at
+    the k-th score, and each expert both chose must carry the reference's weight."""
+    dev = ids_o.device
+    k = int(c["topk"])
+    scores = torch.softmax(gating.to(dev).float(), dim=-1)
+    if bias is not None:
+        scores = scores + bias.to(dev).float()
+    e = scores.shape[-1] if scores.dim() > 0 else 0
+    io = ids_o.reshape(-1, k).to(torch.int64)
+    ir = ids_r.reshape(-1, k).to(torch.int64)
+    rows = io.shape[0]
+    if e < k or scores.numel() // max(e, 1) != rows:
+        return torch.tensor([rows, rows, 0, 0, 1], dtype=torch.float64, device=dev)
+    scores = scores.reshape(rows, e)
+    if rows == 0:
+        return torch.zeros(_TOPK_FIGS, dtype=torch.float64, device=dev)
+    wo = w_o.reshape(rows, k).float()
+    wr = w_r.reshape(rows, k).float()
+    # Scores compare in float64, as the port's Python floats do.
+    s64 = scores.double()
+    cutoff = scores.topk(k, dim=-1).values[:, -1].double()
+    tie = float(c["tie_atol"])
+    oob = ((io < 0) | (io >= e)).any(1)
+    srt = io.sort(1).values
+    dup = (srt[:, 1:] == srt[:, :-1]).any(1) if k > 1 else torch.zeros_like(oob)
+    eq = io.unsqueeze(2) == ir.unsqueeze(1)  # [rows, out position, ref position]
+    out_in_ref = eq.any(2)
+    ref_in_out = eq.any(1)
+    s_out = s64.gather(1, io.clamp(0, e - 1))
+    s_ref = s64.gather(1, ir.clamp(0, e - 1))
+    extra_bad = ~out_in_ref & ~(s_out >= cutoff[:, None] - tie)
+    missing_bad = ~ref_in_out & ~(s_ref <= cutoff[:, None] + tie)
+    mismatch = oob | dup | extra_bad.any(1) | missing_bad.any(1)
+    # The reference weight of the same expert (its last position, as the port's dict keeps).
+    last = (k - 1) - eq.flip(2).to(torch.int32).argmax(2)
+    werr = torch.where(out_in_ref, (wo - wr.gather(1, last)).abs(), torch.zeros_like(wo))
+    finite = torch.isfinite(werr)
+    return torch.stack([
+        mismatch.sum().double(),
+        torch.tensor(float(rows), dtype=torch.float64, device=dev),
+        torch.where(finite, werr, torch.zeros_like(werr)).amax().double(),
+        (~torch.isfinite(wo)).sum().double(),
+        torch.tensor(0.0, dtype=torch.float64, device=dev),
+    ])
+
+
+def _topk_verdict(c, f):
+    mism, rows, werr, nonfinite, unusable = f
+    ratio = mism / max(rows, 1)
+    fail = None
+    if unusable:
+        fail = f"`{c['gating_input']}` cannot score `{c['ids_output']}` (its last dimension is smaller than topk={c['topk']}, or its rows are not the ids' rows)"
+    elif nonfinite:
+        fail = f"output `{c['weights_output']}`: {int(nonfinite)} weight(s) are NaN/Inf"
+    elif ratio > float(c["max_mismatch_ratio"]):
+        fail = (f"outputs `{c['ids_output']}`/`{c['weights_output']}`: {int(mism)} of {int(rows)} token(s) routed to other experts "
+                f"than the reference's (beyond ties within tie_atol={c['tie_atol']}), or to an id twice or out of range")
+    elif werr > float(c["weight_atol"]):
+        fail = f"output `{c['weights_output']}`: a chosen expert's weight is {werr:.6g} from the reference's, weight_atol {c['weight_atol']}"
+    figs = {"genuine_mismatch_ratio": ratio, "max_matched_weight_error": werr}
+    return fail is None, figs, fail
+
+
+_CHECKS = {
+    "numeric": (_numeric_figs, _numeric_verdict),
+    "exact": (_exact_figs, _exact_verdict),
+    "code_distance": (_code_distance_figs, _code_distance_verdict),
+    "topk_routing": (None, _topk_verdict),
+}
+
+
+def routing_inputs(workload):
+    """The input names a workload's top-k routing checks score (kept per round for them)."""
+    names = []
+    for c in workload.get("checks") or []:
+        if c.get("type") == "topk_routing":
+            names.append(c["gating_input"])
+            if c.get("bias_input") is not None:
+                names.append(c["bias_input"])
+    return names
+
+
+def keep_inputs(workload, inputs):
+    """{name: value} of the inputs routing_inputs names, from a set in definition order."""
+    want = routing_inputs(workload)
+    if not want:
+        return None
+    order = list(STATE["definition"]["inputs"])
+    return {n: inputs[order.index(n)] for n in want}
+
+
+def compare_checks(pairs, checks, inputs=None):
+    """compare_many for a v2 workload: every check of `checks` on every pair (each round runs
+    all of them, as the port does), results ending at the first round that did not pass. A
+    result holds, per check, what ran and its figures (`checks`), and the merged figures the
+    trace's summary fields carry. `inputs[j]`: pair j's routing inputs by name."""
+    d = STATE["definition"]
+    names = list(d["outputs"].keys())
+    pos = {n: k for k, n in enumerate(names)}
+    dev = STATE["device"]
+    valid = []
+    stop = None
+    for outs, ref in pairs:
+        bad = _invalid(outs, ref)
+        if bad is not None:
+            stop = bad
+            break
+        valid.append((outs, ref))
+    rows = []
+    for c in checks:
+        t = c.get("type")
+        if t not in _CHECKS:
+            raise ValueError(f"unknown check type {t!r}")
+        if not valid:
+            rows.append(None)
+        elif t == "topk_routing":
+            ki, kw = pos[c["ids_output"]], pos[c["weights_output"]]
+            per = []
+            for j, (outs, ref) in enumerate(valid):
+                ins = (inputs or [None] * len(valid))[j]
+                if ins is None or c["gating_input"] not in ins:
+                    raise ValueError(f"no inputs kept for the top-k routing check of `{c['ids_output']}`")
+                bias = ins[c["bias_input"]] if c.get("bias_input") is not None else None
+                per.append(_topk_round(outs[ki].to(dev), outs[kw].to(dev), ref[ki].to(dev), ref[kw].to(dev),
+                                       ins[c["gating_input"]], bias, c))
+            rows.append(torch.stack(per))
+        else:
+            k = pos[c["output"]]
+            o = _rows([outs[k].to(dev) for outs, _ in valid])
+            r = _rows([ref[k].to(dev) for _, ref in valid])
+            rows.append(_CHECKS[t][0](o, r, c))
+    widths = [0 if x is None else x.shape[1] for x in rows]
+    present = [x for x in rows if x is not None]
+    host = torch.cat(present, dim=1).tolist() if present else [[] for _ in valid]
+    results = []
+    for j in range(len(valid)):
+        res = {"max_abs": 0.0, "max_rel": 0.0, "matched_ratio": 1.0, "has_nan": False, "has_inf": False, "checks": []}
+        fail = None
+        at = 0
+        for i, (c, width) in enumerate(zip(checks, widths)):
+            ok, figs, why = _CHECKS[c["type"]][1](c, host[j][at:at + width])
+            at += width
+            outputs = [c["ids_output"], c["weights_output"]] if c["type"] == "topk_routing" else [c["output"]]
+            res["checks"].append({"index": i, "type": c["type"], "outputs": outputs, "passed": ok, "rounds": 1, **figs})
+            if c["type"] == "numeric":
+                res["max_abs"] = max(res["max_abs"], figs["max_absolute_error"])
+                res["max_rel"] = max(res["max_rel"], figs["max_relative_error"])
+                res["has_nan"] |= figs["has_nan"]
+                res["has_inf"] |= figs["has_inf"]
+            if "matched_ratio" in figs:
+                res["matched_ratio"] = min(res["matched_ratio"], figs["matched_ratio"])
+            if not ok and fail is None:
+                fail = f"checks[{i}] ({c['type']}): {why}"
+        res["status"] = "INCORRECT_NUMERICAL" if fail else "PASSED"
+        if fail:
+            res["message"] = fail
+        results.append(res)
+        if fail:
+            return results
+    if stop is not None:
+        results.append(stop)
+    return results
+
+
 def op_prepare_rounds(req):
     """Prepares several correctness rounds in one request (`rounds`: one `prepare` request each),
     so a workload's rounds cost a few parent round trips, not three per round. `replies` holds
     one reply per round, in order, ending at the first that failed; every prepared round's
     reference outputs are kept for `check_rounds`, the last round's inputs for timing."""
     kept = {}
+    kept_in = {}
     replies = []
     flags = []
     for r in req["rounds"]:
@@ -433,6 +786,7 @@ def op_prepare_rounds(req):
         if rep.get("result") != "ok":
             break
         kept[int(r["round"])] = STATE["ref_out"]["outputs"]
+        kept_in[int(r["round"])] = keep_inputs(r["workload"], STATE["ref_out"]["inputs"])
         flags.append(_nan_everywhere(STATE["ref_out"]["outputs"]))
     ok = [rep for rep in replies if rep.get("result") == "ok"]
     if ok:
@@ -454,6 +808,7 @@ def op_prepare_rounds(req):
                 STATE["ref_rounds"] = {}
                 return {"result": "ok", "replies": ok[:j] + [bad]}
     STATE["ref_rounds"] = kept
+    STATE["ref_round_inputs"] = kept_in
     return {"result": "ok", "replies": replies}
 
 
@@ -537,7 +892,9 @@ def op_check_rounds(req):
         n = len(got) if isinstance(got, list) else "no list of"
         return {"result": "ok", "results": [{"status": "RUNTIME_ERROR", "message": f"the candidate handed over {n} round output(s), {len(rounds)} expected"}]}
     t1 = time.perf_counter()
-    results = compare_many([(outs, kept[r]) for r, outs in zip(rounds, got)], req["tolerance"])
+    kept_in = STATE.get("ref_round_inputs") or {}
+    results = compare_many([(outs, kept[r]) for r, outs in zip(rounds, got)], req["tolerance"],
+                           [kept_in.get(r) for r in rounds])
     return {"result": "ok", "results": results, "ms": {"load": (t1 - t0) * 1e3, "compare": (time.perf_counter() - t1) * 1e3}}
 
 
@@ -642,7 +999,7 @@ def _prepare_timed(req):
     except Exception as e:
         return kg.error_reply("invalid_reference", f"failed to generate timed inputs: {type(e).__name__}: {e}", traceback.format_exc())
     torch.save(sealed, req["path"])
-    STATE["timed"] = {"sets": sets}
+    STATE["timed"] = {"sets": sets, "workload": w}
     # The reference is timed on the very same distinct input sets, so both sides pay the same
     # cache misses (timing it on repeated clones would favour the reference), and opened the
     # same way: sealed, each set decrypted just before its call.
@@ -677,7 +1034,7 @@ def _prepare_generated(w, spec, want, cap):
     seeds = seeds[:count]
     probe = kg.digest(probe_set)
     del probe_set
-    STATE["timed"] = {"seeds": seeds, "spec": spec}
+    STATE["timed"] = {"seeds": seeds, "spec": spec, "workload": w}
     STATE["timed_ref_sealed"] = ("generate", seeds, spec)
     return {"result": "ok", "count": count, "keys": [str(k) for k in seeds], "seal_ms": [gen_ms] * count,
             "generate": {"spec": spec, "count": count, "probe_seed": str(probe_seed)}, "probe_digest": probe}
@@ -716,12 +1073,16 @@ def op_timed_refs(req):
         return kg.error_reply("protocol", "no sampled timed calls")
     dev = STATE["device"]
     refs = []
+    ins = []
     for i in t["picked"]:
         try:
-            refs.append(run_reference([x.to(dev) if isinstance(x, torch.Tensor) else x for x in _timed_set(t, i)]))
+            x = [x.to(dev) if isinstance(x, torch.Tensor) else x for x in _timed_set(t, i)]
+            refs.append(run_reference(x))
+            ins.append(keep_inputs(t["workload"], x))
         except Exception as e:
             return kg.error_reply("invalid_reference", f"the reference raised on timed inputs: {type(e).__name__}: {e}", traceback.format_exc())
     t["refs"] = refs
+    t["ref_inputs"] = ins
     return {"result": "ok"}
 
 
@@ -746,7 +1107,7 @@ def op_check_timed(req):
         pairs.append((outs, ref))
     STATE["timed"] = None
     worst = None
-    for i, res in zip(t["picked"], compare_many(pairs, req["tolerance"])):
+    for i, res in zip(t["picked"], compare_many(pairs, req["tolerance"], t.get("ref_inputs"))):
         res["message"] = f"timed call {i}: " + res.get("message", "")
         if res["status"] != "PASSED":
             return {"result": "ok", **res}

@@ -268,6 +268,32 @@ def random_tensor(name, shape, dtype, dev, gen):
     return torch.randint(lo, hi, shape, dtype=dtype, device=dev, generator=gen)
 
 
+def generated_tensor(g, shape, dtype, dev, gen):
+    """A `generated` input (workload v2) drawn from generator `gen` as the ROCm port defines its
+    distributions: normal, uniform, bernoulli, constant and simplex in float32, then cast to
+    `dtype`; integer in [low, high) drawn in `dtype` (`g`'s integer bounds are already
+    resolved). An unknown type raises: nothing falls back to another distribution."""
+    import torch
+
+    t = g["type"]
+    if t == "integer":
+        return torch.randint(int(g["low"]), int(g["high"]), shape, dtype=dtype, device=dev, generator=gen)
+    if t == "normal":
+        v = torch.randn(shape, dtype=torch.float32, device=dev, generator=gen) * float(g["std"]) + float(g["mean"])
+    elif t == "uniform":
+        v = torch.empty(shape, dtype=torch.float32, device=dev).uniform_(float(g["low"]), float(g["high"]), generator=gen)
+    elif t == "bernoulli":
+        v = torch.rand(shape, dtype=torch.float32, device=dev, generator=gen) < float(g["probability"])
+    elif t == "constant":
+        v = torch.full(shape, g["value"], dtype=torch.float32, device=dev)
+    elif t == "simplex":
+        logits = torch.randn(shape, dtype=torch.float32, device=dev, generator=gen)
+        v = torch.softmax(logits / float(g["temperature"]), dim=int(g["axis"]))
+    else:
+        raise ValueError(f"unknown generator type {t!r}")
+    return v.to(dtype)
+
+
 def random_input_set(spec, seed, dev):
     """One input set from `spec` (per input, in order: {"value": v} for a scalar, else
     {"name", "dtype", "shape"}; shape null = a random 0-d value passed as a Python number), drawn
@@ -277,7 +303,10 @@ def random_input_set(spec, seed, dev):
     A workload with custom inputs has a dict spec, {"custom": {"source", "entrypoint", "args"},
     "inputs": [...]}: the global RNG is seeded with `seed`, the problem's own input generator
     (`entrypoint` in the reference `source`) called with `args` (axes and scalars), and an input
-    {"custom": name} is its `name` entry; random inputs then come from the generator."""
+    {"custom": name} is its `name` entry; random inputs then come from the generator. With
+    "names" (a v2 workload, where custom inputs sit beside others), the entry point must return
+    exactly those names, as the ROCm port requires. An input with a "generator" is a `generated`
+    one (generated_tensor)."""
     import torch
 
     custom = None
@@ -286,6 +315,10 @@ def random_input_set(spec, seed, dev):
         fn = custom_entry(c["source"], c["entrypoint"])
         torch.manual_seed(int(seed))  # custom input entry points draw from the global generator
         custom = fn(dict(c["args"]), dev)
+        if "names" in c:
+            got = set(custom) if isinstance(custom, dict) else None
+            if got != set(c["names"]):
+                raise ValueError(f"custom_inputs_entrypoint returned {sorted(got) if got is not None else type(custom).__name__}, expected exactly {sorted(c['names'])}")
         spec = spec["inputs"]
     gen = torch.Generator(device=dev)
     gen.manual_seed(int(seed))
@@ -296,6 +329,10 @@ def random_input_set(spec, seed, dev):
         elif "custom" in s:
             v = custom[s["custom"]]
             out.append(v.to(dev) if isinstance(v, torch.Tensor) else v)
+        elif "generator" in s:
+            shape = () if s.get("shape") is None else tuple(s["shape"])
+            v = generated_tensor(s["generator"], shape, torch_dtype(s["dtype"]), dev, gen)
+            out.append(v.item() if s.get("shape") is None else v)
         elif s.get("shape") is None:
             out.append(random_tensor(s["name"], (), torch_dtype(s["dtype"]), dev, gen).item())
         else:

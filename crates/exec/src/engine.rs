@@ -1736,8 +1736,8 @@ impl Session {
             }
             _ => "files".into(),
         };
-        let tol = w.workload.tolerance();
-        let tol_json = serde_json::to_value(tol).unwrap_or(Value::Null);
+        // v1: the tolerance; v2: the workload's checks (never the v1 defaults).
+        let tol_json = w.workload.judge_policy();
         let outputs = Self::output_specs(problem, w);
         let rounds = self.opts.rounds.max(1);
         let mut figs = Figures::new();
@@ -2371,7 +2371,7 @@ impl Session {
         ),
     ) -> Result<Timed, ExecError> {
         let outputs = Self::output_specs(problem, w);
-        let tol_json = serde_json::to_value(w.workload.tolerance()).unwrap_or(Value::Null);
+        let tol_json = w.workload.judge_policy();
         let timed_in = Self::timed_inputs_path(xfer);
         let mut prep_s = 0.0;
         let mut handover = "sealed files (an input is read from a file)";
@@ -2784,6 +2784,8 @@ struct Figures {
     min_ratio: f64,
     has_nan: bool,
     has_inf: bool,
+    /// A v2 workload's per-check results, merged over the rounds (in check order).
+    checks: Vec<kg_contract::CheckResult>,
 }
 
 impl Figures {
@@ -2794,7 +2796,23 @@ impl Figures {
             min_ratio: 1.0,
             has_nan: false,
             has_inf: false,
+            checks: Vec::new(),
         }
+    }
+
+    /// Merges a result's per-check entries (`checks`, v2 workloads) into [`Figures::checks`].
+    fn merge_checks(&mut self, r: &Value) {
+        for c in replies_of(r, "checks") {
+            match serde_json::from_value::<kg_contract::CheckResult>(c) {
+                Ok(c) => match self.checks.iter_mut().find(|k| k.index == c.index) {
+                    Some(k) => k.merge(&c),
+                    None => self.checks.push(c),
+                },
+                // The verdict is the judge's status; a figure it could not type is lost, said.
+                Err(e) => tracing::warn!("a check result of the judge's does not parse: {e}"),
+            }
+        }
+        self.checks.sort_by_key(|c| c.index);
     }
 
     /// Merges one check result's figures (`max_abs`, `max_rel`, `matched_ratio`, `has_nan`,
@@ -2812,17 +2830,20 @@ impl Figures {
         }
         self.has_nan |= r.get("has_nan").and_then(Value::as_bool).unwrap_or(false);
         self.has_inf |= r.get("has_inf").and_then(Value::as_bool).unwrap_or(false);
+        self.merge_checks(r);
     }
 
     fn correctness(&self, rounds: u32) -> Correctness {
-        correctness(
+        let mut c = correctness(
             self.max_abs,
             self.max_rel,
             self.has_nan,
             self.has_inf,
             self.min_ratio,
             rounds,
-        )
+        );
+        c.checks = (!self.checks.is_empty()).then(|| self.checks.clone());
+        c
     }
 }
 
@@ -2930,6 +2951,7 @@ fn correctness(
         extra: None,
         min_matched_ratio: Some(ratio),
         rounds: Some(rounds),
+        checks: None,
     }
 }
 

@@ -16,4 +16,5 @@ mod roundtrip;
 mod schemas;
 mod shapes;
 mod support;
+mod v2;
 mod warnings;

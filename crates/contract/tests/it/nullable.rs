@@ -14,6 +14,7 @@ fn eval(status: Status, correctness: bool, performance: bool) -> Evaluation {
             extra: None,
             min_matched_ratio: None,
             rounds: None,
+            checks: None,
         }),
         performance: performance.then_some(Performance {
             latency_ms: 1.0,

@@ -633,3 +633,20 @@ def test_device_outputs_are_checked_against_the_judges_own_pool_size_not_the_cla
         kg.read_device_outputs(desc, torch.device("cpu"), pool)
     with pytest.raises(ValueError, match="not described"):
         kg.read_device_outputs([1], torch.device("cpu"), pool)
+
+
+def test_generated_inputs_follow_their_distribution_and_refuse_unknown_ones():
+    gen = torch.Generator().manual_seed(3)
+    dev = torch.device("cpu")
+    i = kg.generated_tensor({"type": "integer", "low": 2, "high": 5}, (4096,), torch.int64, dev, gen)
+    assert i.dtype == torch.int64 and int(i.min()) == 2 and int(i.max()) == 4
+    c = kg.generated_tensor({"type": "constant", "value": 1.5}, (3,), torch.bfloat16, dev, gen)
+    assert c.dtype == torch.bfloat16 and bool((c == 1.5).all())
+    b = kg.generated_tensor({"type": "bernoulli", "probability": 0.25}, (20000,), torch.float32, dev, gen)
+    assert set(b.unique().tolist()) <= {0.0, 1.0} and abs(float(b.mean()) - 0.25) < 0.02
+    s = kg.generated_tensor({"type": "simplex", "axis": -1, "temperature": 1.0}, (5, 7), torch.float32, dev, gen)
+    assert torch.allclose(s.sum(-1), torch.ones(5))
+    u = kg.generated_tensor({"type": "uniform", "low": -1.0, "high": -0.5}, (1000,), torch.float32, dev, gen)
+    assert float(u.min()) >= -1.0 and float(u.max()) < -0.5
+    with pytest.raises(ValueError):
+        kg.generated_tensor({"type": "zipf"}, (3,), torch.float32, dev, gen)
