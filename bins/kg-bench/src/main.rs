@@ -21,10 +21,13 @@ use anyhow::{Context, anyhow};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use indexmap::IndexMap;
 use kg_contract::chain;
-use kg_contract::{Problem, Solution, Status, Trace, exit, load_solution};
-use kg_exec::corpus::{self, SolutionSource};
+use kg_contract::{Problem, Status, Trace, exit, load_solution};
+use kg_exec::corpus::{self, CpuEstimate, SolCoverage, SolutionSource};
 use kg_exec::device::{AcquireOptions, Acquired};
 use kg_exec::engine::{ExecError, check_languages};
+use kg_exec::runner::{
+    CorpusPlan, CorpusRunner, PlanOptions, Reporter, RunConfig, RunEvent, RunnerError, SkipReason,
+};
 use kg_exec::{CancelToken, DeviceRequest, EvalOptions, Event, Session, TimingChoice};
 
 /// Exit codes, in every subcommand's `--help` (docs/kg-bench.md has them too).
@@ -550,80 +553,69 @@ impl Progress {
     fn event(&mut self, e: &Event) {
         match e {
             Event::Notice(n) => eprintln!("notice: {n}"),
-            Event::WorkloadStarted { uuid, .. }
-                if self.verbosity == Verbosity::Verbose
-                    || (self.tty && self.verbosity == Verbosity::Normal) =>
-            {
-                eprintln!(
-                    "[{}/{}] {} / {} / {uuid} ...",
-                    self.done + 1,
-                    self.total,
-                    self.key,
-                    self.solution
-                );
-            }
-            Event::WorkloadFinished(t) => {
-                self.done += 1;
-                self.estimated_done_s +=
-                    self.estimates.get(&t.workload.uuid).copied().unwrap_or(0.0);
-                if self.verbosity == Verbosity::Quiet {
-                    return;
-                }
-                let Some(ev) = &t.evaluation else { return };
-                let wall = ev.wall_s.map_or_else(|| "wall ?".into(), fmt_secs);
-                let mut line = format!(
-                    "[{}/{}] {:<19} {:>8}  {} / {} / {}",
-                    self.done,
-                    self.total,
-                    ev.status.as_str(),
-                    wall,
-                    self.key,
-                    self.solution,
-                    t.workload.uuid
-                );
-                let elapsed = self.started.elapsed().as_secs_f64();
-                line.push_str(&format!("  (elapsed {}", fmt_secs(elapsed)));
-                if self.estimated_done_s > 0.0 && self.done < self.total {
-                    // The estimate scaled by how far off it has been so far.
-                    let left = (self.estimated_total_s - self.estimated_done_s).max(0.0)
-                        * (elapsed / self.estimated_done_s);
-                    line.push_str(&format!(", ETA ~{}", fmt_secs(left)));
-                }
-                line.push(')');
-                if self.verbosity == Verbosity::Verbose && ev.status != Status::Passed {
-                    line.push_str(&format!("\n    {}", output::first_line(&ev.log)));
-                }
-                eprintln!("{line}");
-            }
-            _ => {}
+            Event::WorkloadStarted { uuid, .. } => self.started(uuid),
+            Event::WorkloadFinished(t) => self.finished(t),
         }
     }
-}
 
-/// Per-workload CPU estimates of `sol` on `workloads` (empty off the CPU).
-fn cpu_estimates(
-    cpu: bool,
-    workloads: &[&kg_contract::LoadedWorkload],
-    sol: &Solution,
-    rounds: u32,
-) -> IndexMap<String, f64> {
-    if !cpu {
-        return IndexMap::new();
+    /// A workload of the current pair starts: a line in a terminal or with `-v`.
+    fn started(&mut self, uuid: &str) {
+        if self.verbosity == Verbosity::Verbose || (self.tty && self.verbosity == Verbosity::Normal)
+        {
+            eprintln!(
+                "[{}/{}] {} / {} / {uuid} ...",
+                self.done + 1,
+                self.total,
+                self.key,
+                self.solution
+            );
+        }
     }
-    workloads
-        .iter()
-        .map(|w| {
-            (
-                w.workload.uuid.clone(),
-                corpus::estimate_cpu_s(w, sol, rounds),
-            )
-        })
-        .collect()
+
+    /// A workload of the current pair finished: a line with its status, wall time, elapsed
+    /// time and ETA.
+    fn finished(&mut self, t: &Trace) {
+        self.done += 1;
+        self.estimated_done_s += self.estimates.get(&t.workload.uuid).copied().unwrap_or(0.0);
+        if self.verbosity == Verbosity::Quiet {
+            return;
+        }
+        let Some(ev) = &t.evaluation else { return };
+        let wall = ev.wall_s.map_or_else(|| "wall ?".into(), fmt_secs);
+        let mut line = format!(
+            "[{}/{}] {:<19} {:>8}  {} / {} / {}",
+            self.done,
+            self.total,
+            ev.status.as_str(),
+            wall,
+            self.key,
+            self.solution,
+            t.workload.uuid
+        );
+        let elapsed = self.started.elapsed().as_secs_f64();
+        line.push_str(&format!("  (elapsed {}", fmt_secs(elapsed)));
+        if self.estimated_done_s > 0.0 && self.done < self.total {
+            // The estimate scaled by how far off it has been so far.
+            let left = (self.estimated_total_s - self.estimated_done_s).max(0.0)
+                * (elapsed / self.estimated_done_s);
+            line.push_str(&format!(", ETA ~{}", fmt_secs(left)));
+        }
+        line.push(')');
+        if self.verbosity == Verbosity::Verbose && ev.status != Status::Passed {
+            line.push_str(&format!("\n    {}", output::first_line(&ev.log)));
+        }
+        eprintln!("{line}");
+    }
 }
 
 /// Warns before a CPU run estimated at more than [`LONG_RUN_S`], with what the usual
 /// shortening flags would make of it; says the estimate of one over a minute.
-fn warn_if_long(estimated_s: f64, short_s: f64, interpreted: bool) {
+fn warn_if_long(e: &CpuEstimate) {
+    let CpuEstimate {
+        estimated_s,
+        short_s,
+        interpreted,
+    } = *e;
     if estimated_s <= LONG_RUN_S {
         if estimated_s > 60.0 {
             eprintln!(
@@ -705,18 +697,30 @@ fn evaluate(a: EvaluateArgs, cancel: &CancelToken) -> Result<i32, Failure> {
     let run_id = chain::new_run_id().map_err(usage)?;
     let (interp, acquired) = prepare_env(&a.env)?;
     let opts = options(&acquired, &a.eval)?;
-    sol_notice(
-        &opts,
-        workloads
-            .iter()
-            .map(|w| (problem.definition.name.as_str(), w.workload.uuid.as_str())),
-    );
+    if let Some(f) = &opts.sol_floor
+        && let Some(c) = corpus::sol_coverage(
+            f,
+            workloads
+                .iter()
+                .map(|w| (problem.definition.name.as_str(), w.workload.uuid.as_str())),
+        )
+    {
+        sol_notice(&c);
+    }
     let cpu = opts.device.is_cpu();
-    let estimates = cpu_estimates(cpu, &workloads, &solution, opts.rounds);
+    let estimates = if cpu {
+        corpus::cpu_estimates(&workloads, &solution, opts.rounds)
+    } else {
+        IndexMap::new()
+    };
     let estimated_s = estimates.values().sum::<f64>() + corpus::CPU_PAIR_FIXED_S;
     if cpu {
         let short = corpus::estimate_cpu_s(workloads[0], &solution, 2) + corpus::CPU_PAIR_FIXED_S;
-        warn_if_long(estimated_s, short, is_triton(&solution));
+        warn_if_long(&CpuEstimate {
+            estimated_s,
+            short_s: short,
+            interpreted: corpus::is_triton(&solution),
+        });
     }
     let mut session = Session::new(interp, opts, cancel.clone()).map_err(from_exec)?;
     let mut progress = Progress::new(Verbosity::of(&a.env), workloads.len(), estimated_s);
@@ -767,23 +771,13 @@ fn evaluate(a: EvaluateArgs, cancel: &CancelToken) -> Result<i32, Failure> {
     Ok(exit_for(&traces))
 }
 
-/// Says so when `--sol` bounds none of the workloads about to run (a wrong file would
-/// otherwise check nothing, silently).
-fn sol_notice<'a>(opts: &EvalOptions, selected: impl Iterator<Item = (&'a str, &'a str)>) {
-    let Some(f) = &opts.sol_floor else { return };
-    let (mut n, mut bounded) = (0, 0);
-    for (d, u) in selected {
-        n += 1;
-        if f.t_sol_ms.contains_key(&(d.to_string(), u.to_string())) {
-            bounded += 1;
-        }
-    }
-    if bounded < n {
-        eprintln!(
-            "notice: --sol `{}` bounds {bounded} of the {n} selected workload(s); the others have no speed-of-light floor",
-            f.source
-        );
-    }
+/// Says so when `--sol` bounds fewer than all of the workloads about to run (a wrong file
+/// would otherwise check nothing, silently).
+fn sol_notice(c: &SolCoverage) {
+    eprintln!(
+        "notice: --sol `{}` bounds {} of the {} selected workload(s); the others have no speed-of-light floor",
+        c.source, c.bounded, c.total
+    );
 }
 
 fn exit_for(traces: &[Trace]) -> i32 {
@@ -796,60 +790,123 @@ fn exit_for(traces: &[Trace]) -> i32 {
     if all { exit::OK } else { exit::FAILED }
 }
 
-fn is_triton(sol: &Solution) -> bool {
-    sol.spec
-        .languages
-        .iter()
-        .any(|l| l.eq_ignore_ascii_case("triton"))
+/// `run`'s stderr: what the corpus runner reports, as notices, refusals and progress lines.
+struct RunReporter {
+    verbosity: Verbosity,
+    /// Set when evaluation starts.
+    progress: Option<Progress>,
 }
 
-/// Why `sol` cannot run on `device` with `python`, decided before anything runs; `None` when
-/// it can: a language kernelgate does not run, or one whose toolchain is missing here (the
-/// CPU runs only pytorch and triton).
-fn refusal(sol: &Solution, device: &kg_exec::DeviceChoice, python: &Path) -> Option<ExecError> {
-    check_languages(sol)
-        .and_then(|()| kg_exec::engine::toolchain_check(sol, device, python))
-        .err()
+impl Reporter for RunReporter {
+    fn report(&mut self, event: &RunEvent) {
+        let loud = self.verbosity != Verbosity::Quiet;
+        match event {
+            RunEvent::ProblemFailed { key, error } => eprintln!("error: {key}: {error}"),
+            RunEvent::ProblemChanged { key, error } => eprintln!("error: {key}: {error}"),
+            RunEvent::DuplicateDefinition(dup) => {
+                let dirs: Vec<String> = dup
+                    .dirs
+                    .iter()
+                    .map(|d| format!("`{}`", d.display()))
+                    .collect();
+                eprintln!(
+                    "notice: definition `{}` is defined by {} problems ({}){}; each is evaluated on its own and keyed by its path",
+                    dup.name,
+                    dup.dirs.len(),
+                    dirs.join(", "),
+                    if dup.identical {
+                        ""
+                    } else {
+                        ", with different definitions"
+                    }
+                );
+            }
+            RunEvent::NoSolutions { key, searched } if loud => eprintln!(
+                "notice: {key}: no solutions (looked for {}); skipped",
+                searched.join(" and ")
+            ),
+            RunEvent::SolutionLayouts(by_layout) if loud && !by_layout.is_empty() => {
+                let parts: Vec<String> = by_layout
+                    .iter()
+                    .map(|(l, n)| format!("{n} problem(s) from {l}"))
+                    .collect();
+                eprintln!("solutions: {}", parts.join("; "));
+            }
+            RunEvent::PairRefused {
+                key,
+                solution,
+                languages,
+                error,
+            } => eprintln!(
+                "refused: {key} / {solution} ({}): {error}",
+                languages.join(", ")
+            ),
+            RunEvent::RefusedTotal { refused, selected } => eprintln!(
+                "{refused} of {selected} problem/solution pair(s) refused up front (not evaluated); {} to go",
+                selected - refused
+            ),
+            RunEvent::SolCoverage(c) => sol_notice(c),
+            RunEvent::PairSkipped {
+                key,
+                solution,
+                path,
+                reason,
+            } if loud => {
+                let what = match reason {
+                    SkipReason::NotPassed(n) => {
+                        format!("{n} workload(s) did not pass; --rerun-failed evaluates it again")
+                    }
+                    _ => "all PASSED; --rerun evaluates it again".to_string(),
+                };
+                eprintln!(
+                    "notice: {key} / {solution}: complete traces in `{}` ({what}); skipped",
+                    path.display()
+                );
+            }
+            RunEvent::CpuEstimate(e) => warn_if_long(e),
+            RunEvent::RunStarted {
+                workloads,
+                estimated_s,
+            } => self.progress = Some(Progress::new(self.verbosity, *workloads, *estimated_s)),
+            RunEvent::PairStarted {
+                key,
+                solution,
+                estimates,
+            } => {
+                if let Some(p) = &mut self.progress {
+                    p.pair(key, solution, estimates.clone());
+                }
+            }
+            RunEvent::WorkloadStarted { uuid, .. } => {
+                if let Some(p) = &mut self.progress {
+                    p.started(uuid);
+                }
+            }
+            RunEvent::WorkloadFinished { trace } => {
+                if let Some(p) = &mut self.progress {
+                    p.finished(trace);
+                }
+            }
+            RunEvent::Notice(n) => eprintln!("notice: {n}"),
+            _ => {}
+        }
+    }
 }
 
-/// One problem/solution pair of a run.
-struct Pair {
-    found: corpus::FoundSolution,
-    path: PathBuf,
-    sha256: String,
-    /// Why it is not evaluated here (set once the device is known).
-    refused: Option<String>,
-}
-
-/// One problem of a run, keyed by its path.
-struct Planned {
-    key: String,
-    problem: Problem,
-    tree: kg_exec::integrity::DirSnapshot,
-    tree_sha256: String,
-    found: corpus::FoundSolutions,
-    /// The pairs the filters selected.
-    pairs: Vec<Pair>,
+/// Maps a corpus runner error to its exit code.
+fn from_runner(e: RunnerError) -> Failure {
+    match e {
+        RunnerError::Exec(e) => from_exec(e),
+        other => usage(other),
+    }
 }
 
 fn run(a: RunArgs, cancel: &CancelToken) -> Result<i32, Failure> {
     let verbosity = Verbosity::of(&a.env);
-    let dirs = corpus::discover(&a.corpus_dir).map_err(usage)?;
-    let source = SolutionSource::parse(&a.solutions);
-    if let SolutionSource::Dir(d) = &source
-        && !d.is_dir()
-    {
-        return Err(usage(anyhow!(
-            "--solutions `{}` is neither `reference`, `bundled` nor a directory",
-            d.display()
-        )));
-    }
-    let filters: Vec<corpus::Filter> = a
-        .filter
-        .iter()
-        .map(|f| f.parse())
-        .collect::<Result<_, _>>()
-        .map_err(usage)?;
+    let mut reporter = RunReporter {
+        verbosity,
+        progress: None,
+    };
     let resume = if a.rerun {
         corpus::Resume::All
     } else if a.rerun_failed {
@@ -858,359 +915,43 @@ fn run(a: RunArgs, cancel: &CancelToken) -> Result<i32, Failure> {
         corpus::Resume::SkipFinished
     };
     // Load everything first: bad solutions stop before anything runs.
-    let mut plan: Vec<Planned> = Vec::new();
-    let mut errors: IndexMap<String, String> = IndexMap::new();
-    for d in &dirs {
-        let key = corpus::problem_key(&a.corpus_dir, d);
-        let p = match Problem::load(d) {
-            Ok(p) => p,
-            Err(e) => {
-                eprintln!("error: {key}: {e}");
-                errors.insert(key, e.to_string());
-                continue;
-            }
-        };
-        let found = corpus::find_solutions(&p, &key, &source).map_err(usage)?;
-        // The tree as loaded: every evaluation of this problem must find it unchanged.
-        let tree = kg_exec::integrity::snapshot_dir(&p.dir);
-        let tree_sha256 = match tree.sha256() {
-            Ok(sha) => sha,
-            Err(e) => {
-                eprintln!("error: {key}: {e}");
-                errors.insert(key, e.to_string());
-                continue;
-            }
-        };
-        let mut pairs = Vec::new();
-        for f in &found.solutions {
-            let pair = corpus::PairRef {
-                key: &key,
-                definition: &p.definition.name,
-                solution: &f.solution,
-            };
-            if !corpus::selected(&filters, &pair) {
-                continue;
-            }
-            pairs.push(Pair {
-                path: corpus::trace_path(&a.output, &key, &f.solution.name),
-                sha256: chain::solution_sha256(&f.solution).map_err(usage)?,
-                found: f.clone(),
-                refused: None,
-            });
-        }
-        plan.push(Planned {
-            key,
-            problem: p,
-            tree,
-            tree_sha256,
-            found,
-            pairs,
-        });
-    }
-    for dup in corpus::duplicate_definitions(
-        plan.iter()
-            .map(|p| (p.problem.dir.as_path(), &p.problem.definition)),
-    ) {
-        let dirs: Vec<String> = dup
-            .dirs
-            .iter()
-            .map(|d| format!("`{}`", d.display()))
-            .collect();
-        eprintln!(
-            "notice: definition `{}` is defined by {} problems ({}){}; each is evaluated on its own and keyed by its path",
-            dup.name,
-            dup.dirs.len(),
-            dirs.join(", "),
-            if dup.identical {
-                ""
-            } else {
-                ", with different definitions"
-            }
-        );
-    }
-    corpus::check_trace_paths(plan.iter().flat_map(|p| {
-        p.pairs.iter().map(|s| {
-            let from = s
-                .found
-                .file
-                .as_ref()
-                .map_or_else(|| "reference".to_string(), |f| f.display().to_string());
-            (format!("{} / {from}", p.key), s.path.as_path())
-        })
-    }))
-    .map_err(usage)?;
-    if verbosity != Verbosity::Quiet {
-        for p in plan.iter().filter(|p| p.found.solutions.is_empty()) {
-            eprintln!(
-                "notice: {}: no solutions (looked for {}); skipped",
-                p.key,
-                p.found.searched.join(" and ")
-            );
-        }
-        if source != SolutionSource::Reference {
-            let mut by_layout: IndexMap<corpus::SolutionLayout, usize> = IndexMap::new();
-            for l in plan.iter().flat_map(|p| p.found.layouts.iter()) {
-                *by_layout.entry(*l).or_default() += 1;
-            }
-            let parts: Vec<String> = by_layout
-                .iter()
-                .map(|(l, n)| format!("{n} problem(s) from {l}"))
-                .collect();
-            if !parts.is_empty() {
-                eprintln!("solutions: {}", parts.join("; "));
-            }
-        }
-    }
-    let selected: usize = plan.iter().map(|p| p.pairs.len()).sum();
-    if !filters.is_empty() && selected == 0 {
-        return Err(usage(anyhow!(
-            "--filter {} matched no problem/solution pair of `{}`",
-            a.filter
-                .iter()
-                .map(|f| format!("`{f}`"))
-                .collect::<Vec<_>>()
-                .join(", "),
-            a.corpus_dir.display()
-        )));
-    }
+    let mut plan = CorpusPlan::load(
+        PlanOptions {
+            corpus_dir: a.corpus_dir.clone(),
+            solutions: SolutionSource::parse(&a.solutions),
+            output_dir: a.output.clone(),
+            filters: a.filter.clone(),
+        },
+        &mut reporter,
+    )
+    .map_err(from_runner)?;
     let signer = load_signer(&a.eval)?;
     let run_id = chain::new_run_id().map_err(usage)?;
     let (interp, acquired) = prepare_env(&a.env)?;
-    let device = acquired.choice.clone();
-    // Refused up front, named, before any worker starts.
-    let mut refused: IndexMap<String, IndexMap<String, String>> = IndexMap::new();
-    for p in &mut plan {
-        for s in &mut p.pairs {
-            if let Some(e) = refusal(&s.found.solution, &device, &interp.path) {
-                eprintln!(
-                    "refused: {} / {} ({}): {e}",
-                    p.key,
-                    s.found.solution.name,
-                    s.found.solution.spec.languages.join(", ")
-                );
-                refused
-                    .entry(p.key.clone())
-                    .or_default()
-                    .insert(s.found.solution.name.clone(), e.to_string());
-                s.refused = Some(e.to_string());
-            }
-        }
-    }
-    let n_refused: usize = refused.values().map(IndexMap::len).sum();
-    if n_refused > 0 {
-        eprintln!(
-            "{n_refused} of {selected} problem/solution pair(s) refused up front (not evaluated); {} to go",
-            selected - n_refused
-        );
-        if n_refused == selected {
-            return Err(usage(anyhow!(
-                "every selected solution was refused on {device}: nothing can be evaluated here"
-            )));
-        }
-    }
+    // Refused up front, named, before any worker starts (and before flags are checked
+    // against the device).
+    plan.refuse(&acquired.choice, &interp.path, &mut reporter)
+        .map_err(from_runner)?;
     let opts = options(&acquired, &a.eval)?;
-    sol_notice(
-        &opts,
-        plan.iter().flat_map(|p| {
-            corpus::select_workloads(&p.problem, None, a.eval.max_workloads)
-                .into_iter()
-                .map(|w| (p.problem.definition.name.as_str(), w.workload.uuid.as_str()))
-        }),
-    );
-    // Which pairs run: finished traces are kept unless --rerun / --rerun-failed says otherwise.
-    let mut to_run: Vec<(usize, usize)> = Vec::new();
-    for (i, p) in plan.iter().enumerate() {
-        let workloads = corpus::select_workloads(&p.problem, None, a.eval.max_workloads);
-        for (j, s) in p.pairs.iter().enumerate() {
-            if s.refused.is_some() {
-                continue;
-            }
-            let state = corpus::prior_state(&s.path, &workloads, &p.tree_sha256, &s.sha256);
-            if resume.evaluates(state) {
-                to_run.push((i, j));
-            } else if verbosity != Verbosity::Quiet {
-                let what = match state {
-                    corpus::PriorState::NotPassed(n) => {
-                        format!("{n} workload(s) did not pass; --rerun-failed evaluates it again")
-                    }
-                    _ => "all PASSED; --rerun evaluates it again".to_string(),
-                };
-                eprintln!(
-                    "notice: {} / {}: complete traces in `{}` ({what}); skipped",
-                    p.key,
-                    s.found.solution.name,
-                    s.path.display()
-                );
-            }
-        }
-    }
-    let cpu = opts.device.is_cpu();
-    let rounds = opts.rounds;
-    let (mut estimated_s, mut short_s, mut total) = (0.0, 0.0, 0);
-    let mut interpreted = false;
-    for &(i, j) in &to_run {
-        let p = &plan[i];
-        let sol = &p.pairs[j].found.solution;
-        let workloads = corpus::select_workloads(&p.problem, None, a.eval.max_workloads);
-        total += workloads.len();
-        if cpu {
-            interpreted |= is_triton(sol);
-            estimated_s += corpus::CPU_PAIR_FIXED_S
-                + cpu_estimates(true, &workloads, sol, rounds)
-                    .values()
-                    .sum::<f64>();
-            short_s += corpus::CPU_PAIR_FIXED_S
-                + workloads
-                    .first()
-                    .map_or(0.0, |w| corpus::estimate_cpu_s(w, sol, 2));
-        }
-    }
-    if cpu {
-        warn_if_long(estimated_s, short_s, interpreted);
-    }
-    let mut session = Session::new(interp, opts, cancel.clone()).map_err(from_exec)?;
-    let mut progress = Progress::new(verbosity, total, estimated_s);
-    let mut evaluated_traces: IndexMap<(usize, usize), Vec<Trace>> = IndexMap::new();
-    let mut stopped: Vec<usize> = Vec::new();
-    for &(i, j) in &to_run {
-        let p = &plan[i];
-        if stopped.contains(&i) {
-            continue;
-        }
-        let s = &p.pairs[j];
-        let sol = &s.found.solution;
-        let workloads = corpus::select_workloads(&p.problem, None, a.eval.max_workloads);
-        if s.path.exists()
-            && let Err(e) = std::fs::remove_file(&s.path)
-        {
-            session.shutdown();
-            return Err(usage(anyhow!(
-                "failed to remove stale `{}`: {e}",
-                s.path.display()
-            )));
-        }
-        progress.pair(
-            &p.key,
-            &sol.name,
-            cpu_estimates(cpu, &workloads, sol, rounds),
-        );
-        // Nothing is written while the candidate lives: `evaluate_sealed` returns once it
-        // is gone.
-        let res = session.evaluate_sealed(&p.problem, Some(&p.tree), sol, &workloads, &mut |e| {
-            progress.event(&e);
-        });
-        let evaluated = match res {
-            Ok(e) => e,
-            Err(e @ ExecError::ProblemChanged { .. }) => {
-                // An earlier candidate (or someone) changed this problem: no later
-                // evaluation of it can be trusted; the other problems still run.
-                eprintln!("error: {}: {e}", p.key);
-                errors.insert(p.key.clone(), e.to_string());
-                stopped.push(i);
-                continue;
-            }
-            Err(e) => {
-                session.shutdown();
-                return Err(from_exec(e));
-            }
-        };
-        let written = chain::Manifest::new(
-            &run_id,
-            &p.problem.definition.name,
-            &evaluated.problem_tree_sha256,
-            sol,
-        )
-        .map_err(chain::ChainError::from)
-        .and_then(|m| {
-            chain::write_traces(
-                &s.path,
-                &evaluated.traces,
-                &m,
-                signer.as_ref(),
-                chain::WriteMode::Replace,
-            )
-        });
-        match written {
-            Ok(w) => {
-                evaluated_traces.insert((i, j), w.traces);
-            }
-            Err(e) => {
-                session.shutdown();
-                return Err(usage(e));
-            }
-        }
-        // Stopped part way (Ctrl-C, the judge lost): the finished traces are written.
-        if let Some(e) = evaluated.error {
-            session.shutdown();
-            return Err(from_exec(e));
-        }
-    }
-    session.shutdown();
-    // Every selected pair that was not refused and whose problem was not stopped before it
-    // ran has one trace file: evaluated now, or kept from an earlier run.
-    let mut files = Vec::new();
-    let mut rows = Vec::new();
-    for (i, p) in plan.iter().enumerate() {
-        for (j, s) in p.pairs.iter().enumerate() {
-            let state = if let Some(why) = &s.refused {
-                output::RowState::Refused(why.clone())
-            } else if let Some(t) = evaluated_traces.get(&(i, j)) {
-                output::RowState::Evaluated(t.clone())
-            } else if to_run.contains(&(i, j)) {
-                // Its problem changed before it was due: listed in `errors`.
-                output::RowState::NotRun
-            } else {
-                output::RowState::Kept(s.path.clone())
-            };
-            if matches!(
-                state,
-                output::RowState::Evaluated(_) | output::RowState::Kept(_)
-            ) {
-                files.push(corpus::TraceFile {
-                    key: p.key.clone(),
-                    solution: s.found.solution.name.clone(),
-                    path: s.path.clone(),
-                });
-            }
-            rows.push(output::RunRow {
-                key: p.key.clone(),
-                solution: s.found.solution.name.clone(),
-                state,
-            });
-        }
-    }
-    let mut summary = corpus::summarize(&a.corpus_dir, &device.to_string(), &files, errors);
-    summary.problem_info = plan
-        .iter()
-        .map(|p| {
-            (
-                p.key.clone(),
-                corpus::ProblemInfo {
-                    definition: p.problem.definition.name.clone(),
-                    dir: p.problem.dir.display().to_string(),
-                    solutions_from: p.found.layouts.clone(),
-                },
-            )
-        })
-        .collect();
-    summary.refused = refused;
-    summary.filters = a.filter.clone();
-    let paths: Vec<PathBuf> = files.iter().map(|f| f.path.clone()).collect();
-    summary.chain =
-        Some(chain::RunChain::seal(&a.output, &run_id, &paths, signer.as_ref()).map_err(usage)?);
-    let summary_path = a.output.join("summary.json");
-    let text = kg_contract::io::to_json_pretty(&summary, "summary").map_err(usage)?;
-    kg_contract::io::write_atomic(&summary_path, text.as_bytes()).map_err(usage)?;
+    let config = RunConfig {
+        resume,
+        max_workloads: a.eval.max_workloads,
+        run_id,
+        signer,
+    };
+    let mut runner = CorpusRunner::new(plan, interp, opts, cancel.clone(), config);
+    let outcome = runner.run(&mut reporter).map_err(from_runner)?;
+    let summary = &outcome.summary;
     if a.env.json {
-        println!("{}", serde_json::to_string_pretty(&summary).map_err(usage)?);
+        println!("{}", serde_json::to_string_pretty(summary).map_err(usage)?);
     } else {
-        println!("{}", output::run_table(&rows));
-        println!("{}", output::summary_line(&summary));
+        println!("{}", output::run_table(&outcome.pairs));
+        println!("{}", output::summary_line(summary));
         println!(
             "traces: {}/<problem path>/<solution>.jsonl",
             a.output.display()
         );
-        println!("summary: {}", summary_path.display());
+        println!("summary: {}", outcome.summary_path.display());
     }
     Ok(if summary.all_passed() {
         exit::OK

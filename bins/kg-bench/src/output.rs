@@ -1,10 +1,9 @@
 //! Tables and summary lines for people.
 
-use std::path::PathBuf;
-
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use kg_contract::{Status, Trace};
 use kg_exec::corpus::RunSummary;
+use kg_exec::runner::{PairOutcome, PairState};
 use serde::Serialize;
 
 /// One row of `dataset validate`.
@@ -128,30 +127,8 @@ pub fn totals_line(traces: &[Trace]) -> String {
     line
 }
 
-/// What became of one problem/solution pair in a corpus run.
-pub enum RowState {
-    /// Evaluated now: its traces.
-    Evaluated(Vec<Trace>),
-    /// Kept from an earlier run (complete traces): the file.
-    Kept(PathBuf),
-    /// Refused before anything ran: why.
-    Refused(String),
-    /// Not evaluated: its problem changed before it was due (in the summary's `errors`).
-    NotRun,
-}
-
-/// One row of [`run_table`].
-pub struct RunRow {
-    /// The problem key (its path in the corpus).
-    pub key: String,
-    /// The solution name.
-    pub solution: String,
-    /// What became of it.
-    pub state: RowState,
-}
-
 /// Per problem and solution table of a corpus run.
-pub fn run_table(rows: &[RunRow]) -> Table {
+pub fn run_table(rows: &[PairOutcome]) -> Table {
     let mut t = Table::new();
     t.load_style(UTF8_FULL_CONDENSED);
     t.set_header(vec![
@@ -166,14 +143,14 @@ pub fn run_table(rows: &[RunRow]) -> Table {
     ]);
     for row in rows {
         let (traces, note): (Vec<Trace>, String) = match &row.state {
-            RowState::Evaluated(t) => (t.clone(), String::new()),
-            RowState::Kept(f) => (
+            PairState::Evaluated(t) => (t.clone(), String::new()),
+            PairState::Kept(f) => (
                 kg_contract::io::load_jsonl::<Trace>(f)
                     .map(|rows| rows.into_iter().map(|(_, t, _)| t).collect())
                     .unwrap_or_default(),
                 "earlier run (kept)".into(),
             ),
-            RowState::Refused(why) => {
+            PairState::Refused(why) => {
                 t.add_row(vec![
                     row.key.clone(),
                     row.solution.clone(),
@@ -186,7 +163,7 @@ pub fn run_table(rows: &[RunRow]) -> Table {
                 ]);
                 continue;
             }
-            RowState::NotRun => (Vec::new(), "not run: its problem changed".into()),
+            PairState::NotRun => (Vec::new(), "not run: its problem changed".into()),
         };
         let mut passed = 0;
         let mut other: Vec<String> = Vec::new();

@@ -675,11 +675,7 @@ const CPU_TIMING_BUDGET_S: f64 = 0.625;
 /// for an ETA, never a measurement.
 pub fn estimate_cpu_s(w: &LoadedWorkload, sol: &Solution, rounds: u32) -> f64 {
     let e = input_elements(w).max(1) as f64;
-    let interpreted = sol
-        .spec
-        .languages
-        .iter()
-        .any(|l| l.eq_ignore_ascii_case("triton"));
+    let interpreted = is_triton(sol);
     let per_call = |ns: f64| e * ns * 1e-9;
     let side = |t: f64| f64::from(rounds) * t + (4.0 * t).max(CPU_TIMING_BUDGET_S);
     let candidate = per_call(if interpreted {
@@ -691,6 +687,69 @@ pub fn estimate_cpu_s(w: &LoadedWorkload, sol: &Solution, rounds: u32) -> f64 {
     // Each round and at least 3 timed sets are drawn on both sides.
     let sets = 2.0 * (f64::from(rounds) + 3.0) * per_call(CPU_INPUT_SET_NS);
     CPU_WORKLOAD_FIXED_S + side(candidate) + side(reference) + sets
+}
+
+/// Whether `sol` declares Triton (on the CPU it runs through the Triton interpreter).
+pub fn is_triton(sol: &Solution) -> bool {
+    sol.spec
+        .languages
+        .iter()
+        .any(|l| l.eq_ignore_ascii_case("triton"))
+}
+
+/// Per-workload CPU estimates ([`estimate_cpu_s`]) of `sol` on `workloads`, keyed by uuid.
+pub fn cpu_estimates(
+    workloads: &[&LoadedWorkload],
+    sol: &Solution,
+    rounds: u32,
+) -> IndexMap<String, f64> {
+    workloads
+        .iter()
+        .map(|w| (w.workload.uuid.clone(), estimate_cpu_s(w, sol, rounds)))
+        .collect()
+}
+
+/// A CPU run's estimate before it starts, for warning about long runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CpuEstimate {
+    /// Estimated seconds for everything about to run.
+    pub estimated_s: f64,
+    /// Estimated seconds with `--max-workloads 1 --rounds 2`.
+    pub short_s: f64,
+    /// Whether a Triton solution is among them (interpreted on the CPU).
+    pub interpreted: bool,
+}
+
+/// How many of the selected workloads a speed-of-light floor bounds, when not all of them
+/// (a wrong file would otherwise check nothing, silently).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SolCoverage {
+    /// Where the bounds came from ([`crate::SolFloor::source`]).
+    pub source: String,
+    /// Selected workloads with a bound.
+    pub bounded: usize,
+    /// Selected workloads.
+    pub total: usize,
+}
+
+/// The [`SolCoverage`] of `floor` over `selected` (definition name, workload uuid) pairs;
+/// `None` when it bounds every one.
+pub fn sol_coverage<'a>(
+    floor: &crate::SolFloor,
+    selected: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Option<SolCoverage> {
+    let (mut total, mut bounded) = (0, 0);
+    for (d, u) in selected {
+        total += 1;
+        if floor.t_sol_ms.contains_key(&(d.to_string(), u.to_string())) {
+            bounded += 1;
+        }
+    }
+    (bounded < total).then(|| SolCoverage {
+        source: floor.source.clone(),
+        bounded,
+        total,
+    })
 }
 
 /// One trace file of a run.

@@ -41,7 +41,10 @@
 //!   ([`CancelToken`]) or drop the group gets SIGTERM, a grace period, then SIGKILL. Workers
 //!   also kill their own group when their parent disappears, so no orphan outlives kg-bench.
 //! - [`engine::Event`]s report progress; the engine does no report-file I/O. [`corpus`] holds
-//!   `run`/`dataset validate` bookkeeping (problem discovery, solution sources, summaries).
+//!   `run`/`dataset validate` bookkeeping (problem discovery, solution sources, summaries);
+//!   [`runner::CorpusRunner`] runs a whole corpus and emits [`runner::RunEvent`]s to a
+//!   [`runner::Reporter`] the caller attaches (it writes the trace files and `summary.json`,
+//!   the run's evidence, and prints nothing).
 //!
 //! Ownership: the [`engine::Session`] owns the judge; `evaluate` owns its candidate and shuts
 //! it down before returning (also on error); dropping a [`process::Worker`] kills its group.
@@ -58,6 +61,7 @@ pub mod l2;
 pub mod process;
 pub mod protocol;
 pub mod python;
+pub mod runner;
 pub mod runtime;
 pub mod sandbox;
 pub mod scripts;

@@ -1,0 +1,793 @@
+//! The corpus runner: `kg-bench run` as a library, for any harness that evaluates a corpus.
+//!
+//! Two steps, so a caller can report problems of the corpus before it resolves Python and
+//! claims a device:
+//! 1. [`CorpusPlan::load`] discovers the problems under a corpus, loads them and their
+//!    solutions from a [`SolutionSource`], applies the filters and checks that no two pairs
+//!    would write one trace file. Nothing runs yet.
+//! 2. [`CorpusRunner::run`] refuses pairs this device cannot run ([`CorpusPlan::refuse`],
+//!    which a caller may call earlier), skips pairs whose earlier traces stand ([`Resume`]),
+//!    evaluates the rest one pair at a time in one [`Session`], writes each pair's traces as
+//!    a chained file (`OUTDIR/<problem key>/<solution>.jsonl`) and seals them all in
+//!    `OUTDIR/summary.json`.
+//!
+//! Everything a person or a log would want to see arrives as a [`RunEvent`] at the caller's
+//! [`Reporter`]; the runner prints nothing. Trace files and `summary.json` are written here,
+//! not by a reporter: they are the run's evidence (resume reads them back, the summary's seal
+//! covers them, and a failed write must stop the run before the next pair).
+
+use std::path::{Path, PathBuf};
+
+use indexmap::IndexMap;
+use kg_contract::chain::{self, ChainError, TraceSigner};
+use kg_contract::{ContractError, Problem, Trace};
+
+use crate::corpus::{
+    self, CorpusError, CpuEstimate, DuplicateName, FoundSolutions, PriorState, ProblemInfo, Resume,
+    RunSummary, SolCoverage, SolutionLayout, SolutionSource, TraceFile,
+};
+use crate::engine::{EvalOptions, Event, ExecError, Session, check_languages, toolchain_check};
+use crate::integrity::DirSnapshot;
+use crate::{CancelToken, DeviceChoice, Interpreter};
+
+/// What a corpus run covers.
+#[derive(Debug, Clone)]
+pub struct PlanOptions {
+    /// The corpus directory (problem directories at any depth below).
+    pub corpus_dir: PathBuf,
+    /// Where the solutions come from.
+    pub solutions: SolutionSource,
+    /// The output directory of trace files and `summary.json`.
+    pub output_dir: PathBuf,
+    /// Filter expressions ([`corpus::Filter`]); a pair is selected when any matches (none:
+    /// every pair).
+    pub filters: Vec<String>,
+}
+
+/// Errors that stop a corpus run (as opposed to statuses recorded in traces and problems
+/// listed in the summary's `errors`).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunnerError {
+    /// Discovery, a solution file, a filter or a trace-path clash.
+    #[error(transparent)]
+    Corpus(#[from] CorpusError),
+    /// The solution source is a directory that does not exist.
+    #[error(
+        "--solutions `{}` is neither `reference`, `bundled` nor a directory",
+        .0.display()
+    )]
+    SolutionsNotADirectory(PathBuf),
+    /// Filters were given and selected no pair.
+    #[error(
+        "--filter {} matched no problem/solution pair of `{}`",
+        filters.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(", "),
+        corpus.display()
+    )]
+    FilterMatchedNothing {
+        /// The filter expressions.
+        filters: Vec<String>,
+        /// The corpus.
+        corpus: PathBuf,
+    },
+    /// Every selected pair was refused on this device.
+    #[error("every selected solution was refused on {device}: nothing can be evaluated here")]
+    AllRefused {
+        /// The device.
+        device: DeviceChoice,
+    },
+    /// A stale trace file could not be removed before its pair was evaluated again.
+    #[error("failed to remove stale `{}`: {error}", path.display())]
+    RemoveStale {
+        /// The trace file.
+        path: PathBuf,
+        /// The OS error (in the message, not a source, so it is not said twice).
+        error: std::io::Error,
+    },
+    /// Hashing a solution, or serialising or writing `summary.json`.
+    #[error(transparent)]
+    Contract(#[from] ContractError),
+    /// Writing a trace file or sealing the run.
+    #[error(transparent)]
+    Chain(#[from] ChainError),
+    /// The engine stopped: cancelled, a harness fault, the judge lost, an unusable
+    /// environment.
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+}
+
+/// Why a pair was not evaluated again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SkipReason {
+    /// Its complete earlier traces all PASSED.
+    AllPassed,
+    /// Its complete earlier traces stand, and this many workloads did not pass.
+    NotPassed(usize),
+}
+
+/// What the runner tells its [`Reporter`], in the order it happens.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum RunEvent {
+    /// A problem failed to load or hash; it is in the summary's `errors` and is not run.
+    ProblemFailed {
+        /// The problem key.
+        key: String,
+        /// Why.
+        error: String,
+    },
+    /// Several problems share a definition name; each is evaluated on its own, keyed by path.
+    DuplicateDefinition(DuplicateName),
+    /// A problem has no solutions from the source; it is skipped.
+    NoSolutions {
+        /// The problem key.
+        key: String,
+        /// What was searched, as patterns.
+        searched: Vec<String>,
+    },
+    /// How many problems had solutions in each layout (not sent for
+    /// [`SolutionSource::Reference`]).
+    SolutionLayouts(IndexMap<SolutionLayout, usize>),
+    /// A pair refused before anything runs: not evaluated, in the summary's `refused`.
+    PairRefused {
+        /// The problem key.
+        key: String,
+        /// The solution name.
+        solution: String,
+        /// Its languages.
+        languages: Vec<String>,
+        /// Why.
+        error: ExecError,
+    },
+    /// After the refusals, when any pair was refused.
+    RefusedTotal {
+        /// Pairs refused.
+        refused: usize,
+        /// Pairs selected.
+        selected: usize,
+    },
+    /// The speed-of-light floor does not bound every selected workload.
+    SolCoverage(SolCoverage),
+    /// A pair whose earlier traces stand is not evaluated.
+    PairSkipped {
+        /// The problem key.
+        key: String,
+        /// The solution name.
+        solution: String,
+        /// Its trace file.
+        path: PathBuf,
+        /// Why it is skipped.
+        reason: SkipReason,
+    },
+    /// On the CPU, the estimate of everything about to run.
+    CpuEstimate(CpuEstimate),
+    /// The session is up and evaluation starts.
+    RunStarted {
+        /// Workloads to evaluate.
+        workloads: usize,
+        /// Their CPU estimate in seconds (0 off the CPU).
+        estimated_s: f64,
+    },
+    /// A pair is about to be evaluated.
+    PairStarted {
+        /// The problem key.
+        key: String,
+        /// The solution name.
+        solution: String,
+        /// CPU estimates per workload uuid (empty off the CPU).
+        estimates: IndexMap<String, f64>,
+    },
+    /// A workload of the current pair is about to be evaluated.
+    WorkloadStarted {
+        /// The workload uuid.
+        uuid: String,
+        /// 0-based position in the pair.
+        index: usize,
+        /// Workloads of the pair.
+        total: usize,
+    },
+    /// A workload of the current pair finished: its trace (not yet chained).
+    WorkloadFinished {
+        /// The trace.
+        trace: Box<Trace>,
+    },
+    /// Something the user should know (e.g. a worker restarted).
+    Notice(String),
+    /// A problem changed during an evaluation: its later pairs are not run; it is in the
+    /// summary's `errors`.
+    ProblemChanged {
+        /// The problem key.
+        key: String,
+        /// Why.
+        error: ExecError,
+    },
+    /// A pair's traces are written.
+    PairFinished {
+        /// The problem key.
+        key: String,
+        /// The solution name.
+        solution: String,
+        /// The trace file.
+        file: PathBuf,
+    },
+    /// `summary.json` is written.
+    RunFinished {
+        /// The summary.
+        summary: Box<RunSummary>,
+        /// Where it was written.
+        path: PathBuf,
+    },
+}
+
+/// Receives a run's [`RunEvent`]s (a closure taking `&RunEvent` is one).
+pub trait Reporter {
+    /// One event.
+    fn report(&mut self, event: &RunEvent);
+}
+
+impl<F: FnMut(&RunEvent)> Reporter for F {
+    fn report(&mut self, event: &RunEvent) {
+        self(event);
+    }
+}
+
+/// One problem/solution pair of a plan.
+#[derive(Debug)]
+pub struct PlannedPair {
+    /// The solution and its file.
+    pub found: corpus::FoundSolution,
+    /// Its trace file.
+    pub path: PathBuf,
+    /// The solution's hash ([`chain::solution_sha256`]).
+    pub sha256: String,
+    /// Why it is not evaluated here (set by [`CorpusPlan::refuse`]).
+    pub refused: Option<String>,
+}
+
+/// One problem of a plan, keyed by its path.
+#[derive(Debug)]
+pub struct PlannedProblem {
+    /// The problem key ([`corpus::problem_key`]).
+    pub key: String,
+    /// The problem.
+    pub problem: Problem,
+    /// Its tree as loaded: every evaluation of it must find it unchanged.
+    pub tree: DirSnapshot,
+    /// That tree's hash.
+    pub tree_sha256: String,
+    /// Its solutions from the source.
+    pub found: FoundSolutions,
+    /// The pairs the filters selected.
+    pub pairs: Vec<PlannedPair>,
+}
+
+/// The problems and pairs of a corpus run, loaded before anything runs.
+#[derive(Debug)]
+pub struct CorpusPlan {
+    options: PlanOptions,
+    /// The loaded problems, in corpus order.
+    pub problems: Vec<PlannedProblem>,
+    /// Problems that failed to load (by key), with the reason.
+    pub errors: IndexMap<String, String>,
+    /// Refused pairs: problem key → solution → reason.
+    pub refused: IndexMap<String, IndexMap<String, String>>,
+    refusals_checked: bool,
+}
+
+impl CorpusPlan {
+    /// Loads the corpus: every problem and its solutions, filtered. A problem that does not
+    /// load is reported and listed in [`CorpusPlan::errors`]; a solution that does not load
+    /// stops the plan, so bad solutions stop before anything runs.
+    pub fn load(
+        options: PlanOptions,
+        reporter: &mut dyn Reporter,
+    ) -> Result<CorpusPlan, RunnerError> {
+        let dirs = corpus::discover(&options.corpus_dir)?;
+        if let SolutionSource::Dir(d) = &options.solutions
+            && !d.is_dir()
+        {
+            return Err(RunnerError::SolutionsNotADirectory(d.clone()));
+        }
+        let filters: Vec<corpus::Filter> = options
+            .filters
+            .iter()
+            .map(|f| f.parse())
+            .collect::<Result<_, _>>()?;
+        let mut problems: Vec<PlannedProblem> = Vec::new();
+        let mut errors: IndexMap<String, String> = IndexMap::new();
+        let mut failed = |key: String, error: String, reporter: &mut dyn Reporter| {
+            reporter.report(&RunEvent::ProblemFailed {
+                key: key.clone(),
+                error: error.clone(),
+            });
+            errors.insert(key, error);
+        };
+        for d in &dirs {
+            let key = corpus::problem_key(&options.corpus_dir, d);
+            let p = match Problem::load(d) {
+                Ok(p) => p,
+                Err(e) => {
+                    failed(key, e.to_string(), reporter);
+                    continue;
+                }
+            };
+            let found = corpus::find_solutions(&p, &key, &options.solutions)?;
+            let tree = crate::integrity::snapshot_dir(&p.dir);
+            let tree_sha256 = match tree.sha256() {
+                Ok(sha) => sha,
+                Err(e) => {
+                    failed(key, e.to_string(), reporter);
+                    continue;
+                }
+            };
+            let mut pairs = Vec::new();
+            for f in &found.solutions {
+                let pair = corpus::PairRef {
+                    key: &key,
+                    definition: &p.definition.name,
+                    solution: &f.solution,
+                };
+                if !corpus::selected(&filters, &pair) {
+                    continue;
+                }
+                pairs.push(PlannedPair {
+                    path: corpus::trace_path(&options.output_dir, &key, &f.solution.name),
+                    sha256: chain::solution_sha256(&f.solution)?,
+                    found: f.clone(),
+                    refused: None,
+                });
+            }
+            problems.push(PlannedProblem {
+                key,
+                problem: p,
+                tree,
+                tree_sha256,
+                found,
+                pairs,
+            });
+        }
+        for dup in corpus::duplicate_definitions(
+            problems
+                .iter()
+                .map(|p| (p.problem.dir.as_path(), &p.problem.definition)),
+        ) {
+            reporter.report(&RunEvent::DuplicateDefinition(dup));
+        }
+        corpus::check_trace_paths(problems.iter().flat_map(|p| {
+            p.pairs.iter().map(|s| {
+                let from = s
+                    .found
+                    .file
+                    .as_ref()
+                    .map_or_else(|| "reference".to_string(), |f| f.display().to_string());
+                (format!("{} / {from}", p.key), s.path.as_path())
+            })
+        }))?;
+        for p in problems.iter().filter(|p| p.found.solutions.is_empty()) {
+            reporter.report(&RunEvent::NoSolutions {
+                key: p.key.clone(),
+                searched: p.found.searched.clone(),
+            });
+        }
+        if options.solutions != SolutionSource::Reference {
+            let mut by_layout: IndexMap<SolutionLayout, usize> = IndexMap::new();
+            for l in problems.iter().flat_map(|p| p.found.layouts.iter()) {
+                *by_layout.entry(*l).or_default() += 1;
+            }
+            reporter.report(&RunEvent::SolutionLayouts(by_layout));
+        }
+        let plan = CorpusPlan {
+            options,
+            problems,
+            errors,
+            refused: IndexMap::new(),
+            refusals_checked: false,
+        };
+        if !filters.is_empty() && plan.selected() == 0 {
+            return Err(RunnerError::FilterMatchedNothing {
+                filters: plan.options.filters.clone(),
+                corpus: plan.options.corpus_dir.clone(),
+            });
+        }
+        Ok(plan)
+    }
+
+    /// The options the plan was loaded with.
+    pub fn options(&self) -> &PlanOptions {
+        &self.options
+    }
+
+    /// The number of pairs the filters selected.
+    pub fn selected(&self) -> usize {
+        self.problems.iter().map(|p| p.pairs.len()).sum()
+    }
+
+    /// Refuses, up front and named, the pairs that cannot run on `device` with `python`: a
+    /// language kernelgate does not run, or one whose toolchain is missing here. Fails when
+    /// every selected pair is refused. Done once; [`CorpusRunner::run`] calls it when the
+    /// caller has not.
+    pub fn refuse(
+        &mut self,
+        device: &DeviceChoice,
+        python: &Path,
+        reporter: &mut dyn Reporter,
+    ) -> Result<(), RunnerError> {
+        if self.refusals_checked {
+            return Ok(());
+        }
+        self.refusals_checked = true;
+        for p in &mut self.problems {
+            for s in &mut p.pairs {
+                let sol = &s.found.solution;
+                let Err(e) =
+                    check_languages(sol).and_then(|()| toolchain_check(sol, device, python))
+                else {
+                    continue;
+                };
+                let reason = e.to_string();
+                reporter.report(&RunEvent::PairRefused {
+                    key: p.key.clone(),
+                    solution: sol.name.clone(),
+                    languages: sol.spec.languages.clone(),
+                    error: e,
+                });
+                self.refused
+                    .entry(p.key.clone())
+                    .or_default()
+                    .insert(sol.name.clone(), reason.clone());
+                s.refused = Some(reason);
+            }
+        }
+        let refused: usize = self.refused.values().map(IndexMap::len).sum();
+        let selected = self.selected();
+        if refused > 0 {
+            reporter.report(&RunEvent::RefusedTotal { refused, selected });
+            if refused == selected {
+                return Err(RunnerError::AllRefused {
+                    device: device.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How a corpus run treats earlier traces, caps workloads, and identifies and signs its
+/// traces.
+#[derive(Debug)]
+pub struct RunConfig {
+    /// Which pairs with earlier traces are evaluated again.
+    pub resume: Resume,
+    /// Evaluate at most this many workloads per problem (in file order).
+    pub max_workloads: Option<usize>,
+    /// The run id every trace's manifest and the summary's seal record
+    /// ([`chain::new_run_id`]).
+    pub run_id: String,
+    /// Signs every trace line and the seal.
+    pub signer: Option<TraceSigner>,
+}
+
+/// What became of one selected pair.
+#[derive(Debug, Clone)]
+pub enum PairState {
+    /// Evaluated now: its traces, as written.
+    Evaluated(Vec<Trace>),
+    /// Kept from an earlier run (complete traces): the file.
+    Kept(PathBuf),
+    /// Refused before anything ran: why.
+    Refused(String),
+    /// Not evaluated: its problem changed before it was due (in the summary's `errors`).
+    NotRun,
+}
+
+/// One selected pair's outcome.
+#[derive(Debug, Clone)]
+pub struct PairOutcome {
+    /// The problem key.
+    pub key: String,
+    /// The solution name.
+    pub solution: String,
+    /// What became of it.
+    pub state: PairState,
+}
+
+/// What a finished run returns.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    /// Every selected pair, in plan order.
+    pub pairs: Vec<PairOutcome>,
+    /// The summary, as written.
+    pub summary: RunSummary,
+    /// Where it was written (`OUTDIR/summary.json`).
+    pub summary_path: PathBuf,
+}
+
+/// Evaluates a [`CorpusPlan`] with one interpreter and one set of evaluation options.
+#[derive(Debug)]
+pub struct CorpusRunner {
+    plan: CorpusPlan,
+    python: Interpreter,
+    opts: EvalOptions,
+    cancel: CancelToken,
+    config: RunConfig,
+}
+
+impl CorpusRunner {
+    /// A runner of `plan` on `opts.device` with `python`; `cancel` stops it between and
+    /// inside workloads.
+    pub fn new(
+        plan: CorpusPlan,
+        python: Interpreter,
+        opts: EvalOptions,
+        cancel: CancelToken,
+        config: RunConfig,
+    ) -> CorpusRunner {
+        CorpusRunner {
+            plan,
+            python,
+            opts,
+            cancel,
+            config,
+        }
+    }
+
+    /// The plan.
+    pub fn plan(&self) -> &CorpusPlan {
+        &self.plan
+    }
+
+    /// Runs the plan: refusals, skips, every remaining pair, then `summary.json`. On an
+    /// error after evaluation started (cancelled, the judge lost, a write failed) the traces
+    /// of the pairs finished so far are written, and no summary is.
+    pub fn run(&mut self, reporter: &mut dyn Reporter) -> Result<RunOutcome, RunnerError> {
+        self.plan
+            .refuse(&self.opts.device, &self.python.path, reporter)?;
+        let max = self.config.max_workloads;
+        if let Some(floor) = &self.opts.sol_floor
+            && let Some(c) = corpus::sol_coverage(
+                floor,
+                self.plan.problems.iter().flat_map(|p| {
+                    corpus::select_workloads(&p.problem, None, max)
+                        .into_iter()
+                        .map(|w| (p.problem.definition.name.as_str(), w.workload.uuid.as_str()))
+                }),
+            )
+        {
+            reporter.report(&RunEvent::SolCoverage(c));
+        }
+        // Which pairs run: finished traces are kept unless `resume` says otherwise.
+        let mut to_run: Vec<(usize, usize)> = Vec::new();
+        for (i, p) in self.plan.problems.iter().enumerate() {
+            let workloads = corpus::select_workloads(&p.problem, None, max);
+            for (j, s) in p.pairs.iter().enumerate() {
+                if s.refused.is_some() {
+                    continue;
+                }
+                let state = corpus::prior_state(&s.path, &workloads, &p.tree_sha256, &s.sha256);
+                if self.config.resume.evaluates(state) {
+                    to_run.push((i, j));
+                } else {
+                    reporter.report(&RunEvent::PairSkipped {
+                        key: p.key.clone(),
+                        solution: s.found.solution.name.clone(),
+                        path: s.path.clone(),
+                        reason: match state {
+                            PriorState::NotPassed(n) => SkipReason::NotPassed(n),
+                            _ => SkipReason::AllPassed,
+                        },
+                    });
+                }
+            }
+        }
+        let cpu = self.opts.device.is_cpu();
+        let rounds = self.opts.rounds;
+        let (mut estimated_s, mut short_s, mut total) = (0.0, 0.0, 0);
+        let mut interpreted = false;
+        for &(i, j) in &to_run {
+            let p = &self.plan.problems[i];
+            let sol = &p.pairs[j].found.solution;
+            let workloads = corpus::select_workloads(&p.problem, None, max);
+            total += workloads.len();
+            if cpu {
+                interpreted |= corpus::is_triton(sol);
+                estimated_s += corpus::CPU_PAIR_FIXED_S
+                    + corpus::cpu_estimates(&workloads, sol, rounds)
+                        .values()
+                        .sum::<f64>();
+                short_s += corpus::CPU_PAIR_FIXED_S
+                    + workloads
+                        .first()
+                        .map_or(0.0, |w| corpus::estimate_cpu_s(w, sol, 2));
+            }
+        }
+        if cpu {
+            reporter.report(&RunEvent::CpuEstimate(CpuEstimate {
+                estimated_s,
+                short_s,
+                interpreted,
+            }));
+        }
+        let mut session =
+            Session::new(self.python.clone(), self.opts.clone(), self.cancel.clone())?;
+        reporter.report(&RunEvent::RunStarted {
+            workloads: total,
+            estimated_s,
+        });
+        let evaluated = self.evaluate(&mut session, &to_run, reporter);
+        session.shutdown();
+        let evaluated = evaluated?;
+        self.finish(&to_run, evaluated, reporter)
+    }
+
+    /// Evaluates the pairs of `to_run`, writing each one's traces; their traces as written,
+    /// by (problem, pair) index.
+    fn evaluate(
+        &mut self,
+        session: &mut Session,
+        to_run: &[(usize, usize)],
+        reporter: &mut dyn Reporter,
+    ) -> Result<IndexMap<(usize, usize), Vec<Trace>>, RunnerError> {
+        let cpu = self.opts.device.is_cpu();
+        let rounds = self.opts.rounds;
+        let mut written: IndexMap<(usize, usize), Vec<Trace>> = IndexMap::new();
+        let mut stopped: Vec<usize> = Vec::new();
+        for &(i, j) in to_run {
+            if stopped.contains(&i) {
+                continue;
+            }
+            let p = &self.plan.problems[i];
+            let s = &p.pairs[j];
+            let sol = &s.found.solution;
+            let workloads = corpus::select_workloads(&p.problem, None, self.config.max_workloads);
+            if s.path.exists()
+                && let Err(error) = std::fs::remove_file(&s.path)
+            {
+                return Err(RunnerError::RemoveStale {
+                    path: s.path.clone(),
+                    error,
+                });
+            }
+            reporter.report(&RunEvent::PairStarted {
+                key: p.key.clone(),
+                solution: sol.name.clone(),
+                estimates: if cpu {
+                    corpus::cpu_estimates(&workloads, sol, rounds)
+                } else {
+                    IndexMap::new()
+                },
+            });
+            // Nothing is written while the candidate lives: `evaluate_sealed` returns once
+            // it is gone.
+            let res =
+                session.evaluate_sealed(&p.problem, Some(&p.tree), sol, &workloads, &mut |e| {
+                    reporter.report(&match e {
+                        Event::WorkloadStarted {
+                            uuid, index, total, ..
+                        } => RunEvent::WorkloadStarted { uuid, index, total },
+                        Event::WorkloadFinished(trace) => RunEvent::WorkloadFinished { trace },
+                        Event::Notice(n) => RunEvent::Notice(n),
+                    });
+                });
+            let evaluated = match res {
+                Ok(e) => e,
+                Err(error @ ExecError::ProblemChanged { .. }) => {
+                    // An earlier candidate (or someone) changed this problem: no later
+                    // evaluation of it can be trusted; the other problems still run.
+                    let key = p.key.clone();
+                    self.plan.errors.insert(key.clone(), error.to_string());
+                    reporter.report(&RunEvent::ProblemChanged { key, error });
+                    stopped.push(i);
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let manifest = chain::Manifest::new(
+                &self.config.run_id,
+                &p.problem.definition.name,
+                &evaluated.problem_tree_sha256,
+                sol,
+            )
+            .map_err(ChainError::from)?;
+            let w = chain::write_traces(
+                &s.path,
+                &evaluated.traces,
+                &manifest,
+                self.config.signer.as_ref(),
+                chain::WriteMode::Replace,
+            )?;
+            written.insert((i, j), w.traces);
+            reporter.report(&RunEvent::PairFinished {
+                key: p.key.clone(),
+                solution: sol.name.clone(),
+                file: s.path.clone(),
+            });
+            // Stopped part way (Ctrl-C, the judge lost): the finished traces are written.
+            if let Some(e) = evaluated.error {
+                return Err(e.into());
+            }
+        }
+        Ok(written)
+    }
+
+    /// Every selected pair's outcome, and the summary, sealed and written.
+    fn finish(
+        &mut self,
+        to_run: &[(usize, usize)],
+        mut evaluated: IndexMap<(usize, usize), Vec<Trace>>,
+        reporter: &mut dyn Reporter,
+    ) -> Result<RunOutcome, RunnerError> {
+        // Every selected pair that was not refused and whose problem was not stopped before
+        // it ran has one trace file: evaluated now, or kept from an earlier run.
+        let mut files = Vec::new();
+        let mut pairs = Vec::new();
+        for (i, p) in self.plan.problems.iter().enumerate() {
+            for (j, s) in p.pairs.iter().enumerate() {
+                let state = if let Some(why) = &s.refused {
+                    PairState::Refused(why.clone())
+                } else if let Some(t) = evaluated.swap_remove(&(i, j)) {
+                    PairState::Evaluated(t)
+                } else if to_run.contains(&(i, j)) {
+                    // Its problem changed before it was due: listed in `errors`.
+                    PairState::NotRun
+                } else {
+                    PairState::Kept(s.path.clone())
+                };
+                if matches!(state, PairState::Evaluated(_) | PairState::Kept(_)) {
+                    files.push(TraceFile {
+                        key: p.key.clone(),
+                        solution: s.found.solution.name.clone(),
+                        path: s.path.clone(),
+                    });
+                }
+                pairs.push(PairOutcome {
+                    key: p.key.clone(),
+                    solution: s.found.solution.name.clone(),
+                    state,
+                });
+            }
+        }
+        let options = &self.plan.options;
+        let mut summary = corpus::summarize(
+            &options.corpus_dir,
+            &self.opts.device.to_string(),
+            &files,
+            self.plan.errors.clone(),
+        );
+        summary.problem_info = self
+            .plan
+            .problems
+            .iter()
+            .map(|p| {
+                (
+                    p.key.clone(),
+                    ProblemInfo {
+                        definition: p.problem.definition.name.clone(),
+                        dir: p.problem.dir.display().to_string(),
+                        solutions_from: p.found.layouts.clone(),
+                    },
+                )
+            })
+            .collect();
+        summary.refused = self.plan.refused.clone();
+        summary.filters = options.filters.clone();
+        let paths: Vec<PathBuf> = files.iter().map(|f| f.path.clone()).collect();
+        summary.chain = Some(chain::RunChain::seal(
+            &options.output_dir,
+            &self.config.run_id,
+            &paths,
+            self.config.signer.as_ref(),
+        )?);
+        let summary_path = options.output_dir.join("summary.json");
+        let text = kg_contract::io::to_json_pretty(&summary, "summary")?;
+        kg_contract::io::write_atomic(&summary_path, text.as_bytes())?;
+        reporter.report(&RunEvent::RunFinished {
+            summary: Box::new(summary.clone()),
+            path: summary_path.clone(),
+        });
+        Ok(RunOutcome {
+            pairs,
+            summary,
+            summary_path,
+        })
+    }
+}
