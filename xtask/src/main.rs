@@ -125,7 +125,8 @@ fn setup(root: &Path) -> Result<PathBuf> {
     step(&format!(
         "installing {REQUIREMENTS} into .venv (torch is large; the first time takes minutes)"
     ));
-    sh(Command::new(&python).args([
+    let mut pip = Command::new(&python);
+    pip.args([
         "-m",
         "pip",
         "install",
@@ -133,7 +134,15 @@ fn setup(root: &Path) -> Result<PathBuf> {
         "--quiet",
         "-r",
         REQUIREMENTS,
-    ]))?;
+    ]);
+    // A CI machine starts with an empty cache and may have little disk: caching the ~5 GB of
+    // torch wheels would need that space twice.
+    if std::env::var_os("CI").is_some() {
+        pip.arg("--no-cache-dir");
+    }
+    sh(&mut pip).context(
+        "pip could not install the requirements (torch needs about 6 GB free on disk; see pip's message above)",
+    )?;
     sh(Command::new(&python).args(["-c", imports]))
         .context("packages installed but do not import")?;
     std::fs::write(&stamp, format!("{want}\n"))

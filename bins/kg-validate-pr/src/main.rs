@@ -84,7 +84,8 @@ struct Cli {
     /// Run name.
     #[arg(long, default_value = "kg-validate-pr")]
     label: String,
-    /// Report path (outside the worktree).
+    /// Report path; inside the worktree only where git ignores it or lists just that untracked
+    /// path (the worktree is handed back as received either way).
     #[arg(long, default_value = "validation_report.json")]
     out: PathBuf,
     /// Also write a PR-comment summary in Markdown.

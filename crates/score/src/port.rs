@@ -810,8 +810,7 @@ pub fn verify(path: &Path, opts: &VerifyOptions) -> Result<PortScore, ScoreError
         if let Some(x) = seen.iter().find(|p| {
             !reviewed.contains(&p.as_str())
                 && !auxiliary.contains(&p.as_str())
-                && (!p.starts_with("orojenesis/")
-                    || Path::new(p.as_str()).components().count() < 2)
+                && (!p.starts_with("orojenesis/") || Path::new(p.as_str()).components().count() < 2)
         }) {
             return Err(bad(
                 &e.manifest.path,

@@ -16,15 +16,15 @@ fn pinned(f: &Fixture) -> VerifyOptions {
 }
 
 fn refused(f: &Fixture, want: &str) -> String {
-    let err = port::verify(&f.bundle, &pinned(f))
-        .err()
-        .expect("must be refused");
+    let err = port::verify(&f.bundle, &pinned(f)).expect_err("must be refused");
     let msg = err.to_string();
     assert!(msg.contains(want), "expected {want:?} in: {msg}");
     msg
 }
 
 fn none(_: &str, _: &mut Value) {}
+
+type Hook = Box<dyn Fn(&str, &mut Value)>;
 
 #[test]
 fn a_complete_bundle_verifies_and_scores() {
@@ -84,7 +84,7 @@ fn tampered_or_missing_artifacts_are_refused() {
 
 #[test]
 fn incomplete_or_inconsistent_evidence_is_refused_even_when_hashes_match() {
-    let cases: Vec<(&str, Box<dyn Fn(&str, &mut Value)>)> = vec![
+    let cases: Vec<(&str, Hook)> = vec![
         (
             "expected `sol_execbench.release_bundle.v2`",
             Box::new(|n, v| {
