@@ -143,6 +143,16 @@ enum TimingArg {
     CudaGraph,
 }
 
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum PrestartArg {
+    /// On, except on the CPU (whose cores the timed workload uses).
+    Auto,
+    /// On, also on the CPU.
+    On,
+    /// Off: each candidate process starts when its evaluation begins.
+    Off,
+}
+
 #[derive(Args, Clone)]
 struct EnvArgs {
     /// auto, cpu, cuda:N or rocm:N (auto: an idle GPU claimed through kg-gpu, else the CPU with a
@@ -271,6 +281,12 @@ struct RunArgs {
     /// value, else a substring. E.g. `rmsnorm`, `language:triton & !problem:cuda*`.
     #[arg(long, value_name = "EXPR")]
     filter: Vec<String>,
+    /// Start the next pair's candidate process (interpreter and `import torch`, none of its
+    /// code) while the current pair is evaluated, so it is ready when its turn comes. Only where
+    /// every candidate runs in its own PID namespace and read-only view (the sandbox); the
+    /// trace's `candidate_start` says when each process started.
+    #[arg(long, value_enum, default_value = "auto")]
+    prestart: PrestartArg,
     #[command(flatten)]
     env: EnvArgs,
     #[command(flatten)]
@@ -932,7 +948,12 @@ fn run(a: RunArgs, cancel: &CancelToken) -> Result<i32, Failure> {
     // against the device).
     plan.refuse(&acquired.choice, &interp.path, &mut reporter)
         .map_err(from_runner)?;
-    let opts = options(&acquired, &a.eval)?;
+    let mut opts = options(&acquired, &a.eval)?;
+    opts.prestart = match a.prestart {
+        PrestartArg::Auto => kg_exec::Prestart::Auto,
+        PrestartArg::On => kg_exec::Prestart::On,
+        PrestartArg::Off => kg_exec::Prestart::Off,
+    };
     let config = RunConfig {
         resume,
         max_workloads: a.eval.max_workloads,

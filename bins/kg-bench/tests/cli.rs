@@ -1672,3 +1672,64 @@ fn quiet_and_verbose_change_what_progress_shows() {
     );
     assert!(e.lines().any(|l| l.starts_with("[1/1] PASSED")), "{e}");
 }
+
+/// Issue 24 item 1: with `--prestart on` the second pair's candidate process starts while the
+/// first pair is evaluated, and the first trace of each candidate process says how it started;
+/// with `--prestart off`, or without the sandbox (where the running candidate could reach the
+/// starting one), none starts ahead; the verdicts are the same every way.
+#[test]
+fn the_next_pairs_candidate_starts_during_the_previous_pair_only_where_allowed() {
+    use kg_contract::CandidateLaunch::{EvaluationStart, PreviousEvaluation};
+    let py = python();
+    let corpus = own_fixtures().join("same_name");
+    let starts = |extra: &[&str]| -> Vec<kg_contract::CandidateLaunch> {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        let o = kg(&py, tmp.path())
+            .arg("run")
+            .arg(&corpus)
+            .arg("-o")
+            .arg(&out)
+            .args(FAST)
+            .args(extra)
+            .output()
+            .unwrap();
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{extra:?}: {e}");
+        let mut starts = Vec::new();
+        for p in ["small", "large"] {
+            let traces = traces_in(&out.join(p).join("reference.jsonl"));
+            let evs: Vec<_> = traces
+                .iter()
+                .map(|t| t.evaluation.as_ref().unwrap())
+                .collect();
+            assert!(
+                evs.iter().all(|e| e.status == Status::Passed),
+                "{extra:?} {p}"
+            );
+            // One candidate process per pair: only its first workload carries its start.
+            let st = evs[0]
+                .candidate_start
+                .expect("the first workload's candidate start");
+            assert!(evs[1..].iter().all(|e| e.candidate_start.is_none()), "{p}");
+            assert!(st.ready_s <= st.process_s && st.load_s >= 0.0, "{st:?}");
+            starts.push(st.started);
+        }
+        starts.sort_by_key(|s| *s as u8);
+        starts
+    };
+    assert_eq!(
+        starts(&["--prestart", "on"]),
+        [EvaluationStart, PreviousEvaluation]
+    );
+    assert_eq!(
+        starts(&["--prestart", "off"]),
+        [EvaluationStart, EvaluationStart]
+    );
+    assert_eq!(
+        starts(&["--prestart", "on", "--no-sandbox"]),
+        [EvaluationStart, EvaluationStart]
+    );
+    // On the CPU, `auto` leaves the cores to the timed workload.
+    assert_eq!(starts(&[]), [EvaluationStart, EvaluationStart]);
+}

@@ -429,6 +429,41 @@ pub struct Evaluation {
     /// again (kernelgate addition): this evaluation is the second attempt's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retried: Option<Retry>,
+    /// How the candidate process this workload ran in was started (kernelgate addition;
+    /// on the first workload each candidate process evaluated).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidate_start: Option<CandidateStart>,
+}
+
+/// How long a candidate process took to be ready, and when it was started.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CandidateStart {
+    /// Seconds from the harness asking for the candidate to its worker being ready (before
+    /// the solution is loaded): what the candidate's start cost this evaluation.
+    pub ready_s: f64,
+    /// Seconds from its process being started to the harness finding it ready (interpreter
+    /// start and `import torch`, and for a process started ahead of time the wait until it
+    /// was asked for).
+    pub process_s: f64,
+    /// Seconds the solution's load (build and import) took once the worker was ready.
+    pub load_s: f64,
+    /// When its process was started.
+    pub started: CandidateLaunch,
+}
+
+/// When a candidate process was started. A process started ahead of time runs only
+/// kernelgate's worker script (the interpreter and `import torch`) until it is asked for; the
+/// solution is sent to it only then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CandidateLaunch {
+    /// When the harness asked for it (a restart after the candidate process died, or where
+    /// starting it ahead of time failed).
+    WhenAsked,
+    /// As its evaluation began, while the judge started or loaded the reference.
+    EvaluationStart,
+    /// While the previous evaluation ran (`kg-bench run --prestart`).
+    PreviousEvaluation,
 }
 
 /// Why a workload was evaluated a second time, and what the discarded attempt said.

@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 
 use indexmap::IndexMap;
 use kg_contract::{
-    ClockState, Correctness, Environment, Evaluation, LoadedWorkload, Performance, Problem, Retry,
-    RetryReason, Solution, SourceFile, Status, TimingMethod, Trace,
+    CandidateLaunch, CandidateStart, ClockState, Correctness, Environment, Evaluation,
+    LoadedWorkload, Performance, Problem, Retry, RetryReason, Solution, SourceFile, Status,
+    TimingMethod, Trace,
 };
 use serde_json::{Value, json};
 
@@ -75,6 +76,21 @@ pub struct EvalOptions {
     pub sol_floor: Option<SolFloor>,
     /// The claim holding the device, recorded in every trace's environment.
     pub gpu_claim: Option<kg_contract::GpuClaim>,
+    /// Whether the next evaluation's candidate process starts while the current one is
+    /// evaluated ([`Session::prestart_next`]).
+    pub prestart: Prestart,
+}
+
+/// Whether a candidate process starts while the previous evaluation runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Prestart {
+    /// On, except on a CPU device (the cores it would use run the timed workload).
+    #[default]
+    Auto,
+    /// On, also on a CPU device.
+    On,
+    /// Never: each candidate process starts when its evaluation begins.
+    Off,
 }
 
 impl EvalOptions {
@@ -97,6 +113,7 @@ impl EvalOptions {
             memory_bytes: crate::sandbox::default_memory_bytes(),
             sol_floor: None,
             gpu_claim: None,
+            prestart: Prestart::Auto,
         }
     }
 
@@ -567,7 +584,48 @@ pub struct Session {
     candidate_root: Option<PathBuf>,
     /// Where the judge writes the running candidate's inputs (read-only in its view).
     candidate_inputs: Option<PathBuf>,
+    /// A candidate process started ahead of time ([`Session::prestart_next`]).
+    prestarted: Option<Prestarted>,
+    /// The solution (and its workload count) the next evaluation is expected to be for.
+    next: Option<(Solution, usize)>,
+    /// Why candidates are no longer started ahead of time in this session.
+    prestart_off: Option<String>,
 }
+
+/// A candidate process started before it was asked for: it runs only kernelgate's worker
+/// script (the interpreter start and `import torch`) until [`Session::start_candidate`] takes
+/// it and sends it the solution.
+struct Prestarted {
+    /// Which evaluation it is for ([`prestart_key`]).
+    key: String,
+    /// When it was started.
+    during: CandidateLaunch,
+    /// Its scratch directory.
+    root: PathBuf,
+    /// Where the judge writes its inputs.
+    inputs: PathBuf,
+    launching: crate::process::Launching,
+}
+
+/// A candidate process ready with its solution loaded, and what its start cost.
+struct StartedCandidate {
+    worker: Worker,
+    start: CandidateStart,
+}
+
+/// What a started candidate process is for: the solution as a whole (every byte of its JSON)
+/// and the number of workloads its limits were sized for.
+fn prestart_key(sol: &Solution, workloads: usize) -> String {
+    let json = serde_json::to_vec(sol).unwrap_or_default();
+    format!("{}:{workloads}", kg_contract::io::sha256_hex(&json))
+}
+
+/// The layers without which a candidate could reach another candidate process running beside
+/// it (see it, signal or trace it, change the scripts it imports).
+const PRESTART_NEEDS: [kg_contract::Layer; 2] = [
+    kg_contract::Layer::PidNamespace,
+    kg_contract::Layer::ReadOnlyFilesystem,
+];
 
 /// One workload's transfer directories.
 struct Transfer {
@@ -714,10 +772,6 @@ impl Session {
                 "failed to become a child subreaper: processes a candidate detaches are found by their environment tag only"
             );
         }
-        scripts::install(dir.path()).map_err(|source| ExecError::Io {
-            what: format!("write the worker scripts into `{}`", dir.path().display()),
-            source,
-        })?;
         Ok(Session {
             python,
             opts,
@@ -734,6 +788,9 @@ impl Session {
             interpreter_paths: None,
             candidate_root: None,
             candidate_inputs: None,
+            prestarted: None,
+            next: None,
+            prestart_off: None,
         })
     }
 
@@ -775,18 +832,29 @@ impl Session {
         Ok(p)
     }
 
+    /// A fresh directory of worker scripts for one worker (`scripts::install`).
+    fn fresh_scripts(&mut self, what: &str) -> Result<PathBuf, ExecError> {
+        self.counter += 1;
+        let d = self.dir.path().join(format!("{what}-{}", self.counter));
+        scripts::install(&d).map_err(|source| ExecError::Io {
+            what: format!("write the worker scripts into `{}`", d.display()),
+            source,
+        })?;
+        Ok(d)
+    }
+
     fn spec(
         &self,
         paths: &crate::python::InterpreterPaths,
         label: &str,
-        script: &str,
+        script: &Path,
         cwd: &Path,
     ) -> WorkerSpec {
         WorkerSpec {
             allow_listed_env: label == "candidate",
             python: paths.executable.clone(),
             sys_path: Some(paths.sys_path.clone()),
-            script: scripts::dir(self.dir.path()).join(script),
+            script: script.to_path_buf(),
             cwd: cwd.to_path_buf(),
             env: self.worker_env(),
             // The candidate's replies grow with the timed calls and rounds asked for; the
@@ -817,17 +885,11 @@ impl Session {
             self.judge_setup_for = None;
         }
         if self.judge.is_none() {
-            // A candidate may have run since the scripts were written (and, without a mount
-            // namespace, changed them): the judge starts from our embedded copies.
-            scripts::install(self.dir.path()).map_err(|source| ExecError::Io {
-                what: format!(
-                    "rewrite the worker scripts into `{}`",
-                    self.dir.path().display()
-                ),
-                source,
-            })?;
+            // Scripts written for this judge alone: a candidate that ran before (and, without a
+            // mount namespace, could write) never touched them.
+            let scripts = self.fresh_scripts("judge-py")?;
             let paths = self.interpreter_paths()?;
-            let spec = self.spec(&paths, "judge", "judge.py", self.dir.path());
+            let spec = self.spec(&paths, "judge", &scripts.join("judge.py"), self.dir.path());
             let mut w = match Worker::spawn(&spec, Duration::from_secs(300), &self.cancel) {
                 Ok(w) => w,
                 Err(WorkerError::Cancelled) => return Err(ExecError::Cancelled),
@@ -1194,9 +1256,11 @@ impl Session {
         sol: &Solution,
         workloads: usize,
         root: &Path,
+        inputs: &Path,
     ) -> Result<WorkerSpec, ExecError> {
         let paths = self.interpreter_paths()?;
-        let mut spec = self.spec(&paths, "candidate", "candidate.py", root);
+        let scripts = self.fresh_scripts("cand-py")?;
+        let mut spec = self.spec(&paths, "candidate", &scripts.join("candidate.py"), root);
         let home = root.join("home");
         std::fs::create_dir_all(&home).map_err(|source| ExecError::Io {
             what: format!("create `{}`", home.display()),
@@ -1232,8 +1296,8 @@ impl Session {
             spec.env.push((k.into(), "kg-candidate".into()));
         }
         let mut read = paths.read;
-        read.push(scripts::dir(self.dir.path()));
-        read.extend(self.candidate_inputs.clone());
+        read.push(scripts);
+        read.push(inputs.to_path_buf());
         let budget = self.opts.compile_timeout.as_secs()
             + self.opts.timeout.as_secs().saturating_mul(workloads as u64);
         let view = crate::sandbox::View {
@@ -1250,23 +1314,154 @@ impl Session {
         Ok(spec)
     }
 
-    fn start_candidate(
+    /// Starts a candidate process for `sol` in fresh scratch and input directories, without
+    /// waiting for it.
+    fn launch_candidate(
         &mut self,
         sol: &Solution,
         workloads: usize,
-    ) -> Result<Result<Worker, (Status, String)>, ExecError> {
+        during: CandidateLaunch,
+    ) -> Result<Result<Prestarted, WorkerError>, ExecError> {
         let root = self.fresh_dir("cand")?;
-        self.candidate_root = Some(root.clone());
         // The judge's side of the transfer: readable, never writable, by the candidate.
-        self.candidate_inputs = Some(self.fresh_dir("cand-in")?);
+        let inputs = self.fresh_dir("cand-in")?;
         let src = root.join("src");
         std::fs::create_dir_all(&src).map_err(|source| ExecError::Io {
             what: format!("create `{}`", src.display()),
             source,
         })?;
-        let spec = self.candidate_spec(sol, workloads, &root)?;
-        let t0 = Instant::now();
-        let mut w = match Worker::spawn(&spec, self.opts.compile_timeout, &self.cancel) {
+        let spec = self.candidate_spec(sol, workloads, &root, &inputs)?;
+        Ok(Worker::launch(&spec).map(|launching| Prestarted {
+            key: prestart_key(sol, workloads),
+            during,
+            root,
+            inputs,
+            launching,
+        }))
+    }
+
+    /// Starts `sol`'s candidate process now unless one for it is already starting (a stale
+    /// one, for another evaluation, is killed).
+    fn prestart(
+        &mut self,
+        sol: &Solution,
+        workloads: usize,
+        during: CandidateLaunch,
+    ) -> Result<(), ExecError> {
+        let key = prestart_key(sol, workloads);
+        if self.prestarted.as_ref().is_some_and(|p| p.key == key) {
+            return Ok(());
+        }
+        self.prestarted = None;
+        match self.launch_candidate(sol, workloads, during)? {
+            Ok(p) => self.prestarted = Some(p),
+            // `start_candidate` starts it again when it is asked for, and reports a failure.
+            Err(e) => {
+                tracing::debug!(solution = %sol.name, "no candidate started ahead of time: {e}")
+            }
+        }
+        Ok(())
+    }
+
+    /// Names the solution (and its number of workloads) of the evaluation after the next one,
+    /// so that its candidate process can start (interpreter and `import torch`, none of its
+    /// code) while the next one is evaluated: it is then ready when asked for. Only where each
+    /// candidate is confined to its own PID namespace and a read-only view (so the running
+    /// one cannot reach the starting one), and never on a CPU device, whose cores the timed
+    /// workload uses. A guess that turns out wrong costs a killed process, never a verdict.
+    pub fn prestart_next(&mut self, sol: &Solution, workloads: usize) {
+        self.next = Some((sol.clone(), workloads));
+    }
+
+    /// Why no candidate may start beside `current` (None: one may).
+    fn prestart_refusal(&self, current: &Worker) -> Option<String> {
+        if let Some(why) = &self.prestart_off {
+            return Some(why.clone());
+        }
+        if self.opts.prestart == Prestart::Off {
+            return Some("--prestart off".into());
+        }
+        if !self.opts.sandbox {
+            return Some("candidates run without the sandbox (--no-sandbox)".into());
+        }
+        if self.opts.device.is_cpu() && self.opts.prestart == Prestart::Auto {
+            return Some(
+                "a CPU device's cores run the timed workload (--prestart on starts them anyway)"
+                    .into(),
+            );
+        }
+        let report = current.isolation.clone().unwrap_or_default();
+        let missing: Vec<&str> = report
+            .missing()
+            .into_iter()
+            .filter(|l| PRESTART_NEEDS.contains(l))
+            .map(|l| l.as_str())
+            .collect();
+        (!missing.is_empty()).then(|| {
+            format!(
+                "a candidate ran without {}: it could reach a candidate process started beside it",
+                missing.join(", ")
+            )
+        })
+    }
+
+    /// Once `current` is ready: starts the candidate named by [`Session::prestart_next`] beside
+    /// it, or, where that is refused, ends any started ahead of time.
+    fn launch_next(&mut self, current: &Worker) -> Result<(), ExecError> {
+        if let Some(why) = self.prestart_refusal(current) {
+            self.next = None;
+            if self.prestarted.take().is_some() || self.prestart_off.is_none() {
+                tracing::info!("candidates are not started ahead of time: {why}");
+            }
+            self.prestart_off = Some(why);
+            return Ok(());
+        }
+        match self.next.take() {
+            Some((sol, n)) => self.prestart(&sol, n, CandidateLaunch::PreviousEvaluation),
+            None => Ok(()),
+        }
+    }
+
+    /// A ready candidate process with `sol` loaded: the one started ahead of time for it if
+    /// there is one, else a fresh one; with what its start cost.
+    fn start_candidate(
+        &mut self,
+        sol: &Solution,
+        workloads: usize,
+    ) -> Result<Result<StartedCandidate, (Status, String)>, ExecError> {
+        let asked = Instant::now();
+        let key = prestart_key(sol, workloads);
+        let taken = match self.prestarted.take() {
+            Some(p) if p.key == key => Some(p),
+            other => {
+                self.prestarted = other;
+                None
+            }
+        };
+        let p = match taken {
+            Some(p) => p,
+            None => match self.launch_candidate(sol, workloads, CandidateLaunch::WhenAsked)? {
+                Ok(p) => p,
+                Err(e) => {
+                    return Ok(Err((
+                        Status::RuntimeError,
+                        format!("failed to start the candidate worker: {e}"),
+                    )));
+                }
+            },
+        };
+        let Prestarted {
+            root,
+            inputs,
+            launching,
+            during,
+            ..
+        } = p;
+        let src = root.join("src");
+        self.candidate_root = Some(root);
+        self.candidate_inputs = Some(inputs);
+        let launched = launching.started();
+        let mut w = match launching.ready(self.opts.compile_timeout, &self.cancel) {
             Ok(w) => w,
             Err(WorkerError::Cancelled) => return Err(ExecError::Cancelled),
             Err(e) => {
@@ -1276,7 +1471,9 @@ impl Session {
                 )));
             }
         };
-        let deadline = t0 + self.opts.compile_timeout;
+        let ready = Instant::now();
+        self.launch_next(&w)?;
+        let deadline = asked + self.opts.compile_timeout;
         let hello = json!({"op": "hello", "device": self.opts.device.worker_name(),
             "cupti": self.opts.timing_method() == TimingMethod::Cupti});
         let load = json!({
@@ -1311,7 +1508,13 @@ impl Session {
                 }
             }
         }
-        Ok(Ok(w))
+        let start = CandidateStart {
+            ready_s: ready.duration_since(asked).as_secs_f64(),
+            process_s: ready.duration_since(launched).as_secs_f64(),
+            load_s: ready.elapsed().as_secs_f64(),
+            started: during,
+        };
+        Ok(Ok(StartedCandidate { worker: w, start }))
     }
 
     /// Whether `sol`'s language can be built and run on this session's device and host
@@ -1390,6 +1593,11 @@ impl Session {
             }
             on_event(e);
         });
+        // A process started for this evaluation and never taken (the reference failed to load).
+        let own = prestart_key(sol, workloads.len());
+        if self.prestarted.as_ref().is_some_and(|p| p.key == own) {
+            self.prestarted = None;
+        }
         // `evaluate_in` has returned: its candidate was shut down, or dropped on the way out
         // (which kills its process group and every descendant found), so nothing it ran can
         // still write; what it left in the problem directory is checked now.
@@ -1441,9 +1649,15 @@ impl Session {
         // The candidate must not write the problem directory (planted modules, changed data).
         let problem_snapshot = before;
         let mut candidate: Option<Worker> = None;
-        let mut startup_note: Option<String> = None;
+        let mut started: Option<CandidateStart> = None;
         let mut compile_failure: Option<(Status, String)> = None;
         let total = workloads.len();
+        // The candidate's interpreter starts while the judge starts or loads the reference
+        // (nothing is timed before the first workload; nothing of the candidate's runs before
+        // its `load`).
+        if total > 0 {
+            self.prestart(sol, total, CandidateLaunch::EvaluationStart)?;
+        }
         for (index, w) in workloads.iter().enumerate() {
             if self.cancel.is_cancelled() {
                 return Err(ExecError::Cancelled);
@@ -1457,6 +1671,7 @@ impl Session {
             });
             let mut wall_s = None;
             let mut retried = None;
+            let mut candidate_start = None;
             let outcome = match self.ensure_judge(problem)? {
                 Err(msg) => Outcome::fail(
                     Status::InvalidReference,
@@ -1474,9 +1689,11 @@ impl Session {
                                     problem.definition.name, sol.name
                                 )));
                             }
-                            let t0 = Instant::now();
                             match self.start_candidate(sol, total - index)? {
-                                Ok(mut c) => {
+                                Ok(StartedCandidate {
+                                    worker: mut c,
+                                    start,
+                                }) => {
                                     if self.opts.require_sandbox {
                                         let report = c.isolation.clone().unwrap_or_default();
                                         if !report.missing().is_empty() {
@@ -1486,10 +1703,7 @@ impl Session {
                                             });
                                         }
                                     }
-                                    startup_note = Some(format!(
-                                        "candidate process start + import: {:.3} s",
-                                        t0.elapsed().as_secs_f64()
-                                    ));
+                                    started = Some(start);
                                     candidate = Some(c);
                                 }
                                 Err(f) => compile_failure = Some(f),
@@ -1510,11 +1724,22 @@ impl Session {
                                 let i = c.isolation.clone().unwrap_or_default();
                                 o.log
                                     .push_str(&format!("harness: candidate {}\n", i.summary()));
-                                if let Some(n) = startup_note.take() {
+                                if let Some(st) = started.take() {
                                     o.log.push_str(&format!(
-                                        "harness: {n}; first workload evaluated {:.3} s after the candidate process started\n",
+                                        "harness: candidate ready {:.3} s after it was asked for ({}; its process found ready {:.3} s after it started), solution loaded in {:.3} s; first workload evaluated {:.3} s after the candidate process started\n",
+                                        st.ready_s,
+                                        match st.started {
+                                            CandidateLaunch::WhenAsked => "started when asked for",
+                                            CandidateLaunch::EvaluationStart =>
+                                                "started as its evaluation began",
+                                            CandidateLaunch::PreviousEvaluation =>
+                                                "started while the previous evaluation ran",
+                                        },
+                                        st.process_s,
+                                        st.load_s,
                                         c.started.elapsed().as_secs_f64()
                                     ));
+                                    candidate_start = Some(st);
                                 }
                                 o
                             }
@@ -1550,6 +1775,7 @@ impl Session {
                     timestamp: now_iso(),
                     wall_s,
                     retried,
+                    candidate_start,
                 }),
                 // Chained and sealed by the writer, once the candidate is gone.
                 kernelgate_chain: None,
@@ -2634,6 +2860,8 @@ impl Session {
 
     /// Stops the judge (and with it every worker of this lane).
     pub fn shutdown(mut self) {
+        // A candidate started ahead of time for an evaluation that never came.
+        self.prestarted = None;
         if let Some(j) = self.judge.take() {
             j.shutdown();
         }

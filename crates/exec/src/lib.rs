@@ -68,7 +68,9 @@ pub mod scripts;
 pub mod toolchain;
 
 pub use device::{DeviceChoice, DeviceRequest};
-pub use engine::{EvalOptions, Evaluated, Event, ExecError, Session, SolFloor, TimingChoice};
+pub use engine::{
+    EvalOptions, Evaluated, Event, ExecError, Prestart, Session, SolFloor, TimingChoice,
+};
 pub use process::CancelToken;
 pub use python::{
     Interpreter, ProbeInfo, PythonRequest, find_python, find_python_env, find_python_in, probe,

@@ -478,6 +478,68 @@ pub struct Worker {
     cgroup: Option<crate::sandbox::cgroup::Cgroup>,
 }
 
+/// A worker process started by [`Worker::launch`] that has not yet been waited for: it starts
+/// its interpreter (and imports what its script imports before saying it is ready) while the
+/// caller does other work. Dropping it kills its process group.
+#[derive(Debug)]
+pub struct Launching {
+    worker: Worker,
+    sandbox: Option<crate::sandbox::Sandbox>,
+}
+
+impl Launching {
+    /// When the process was started.
+    pub fn started(&self) -> Instant {
+        self.worker.started
+    }
+
+    /// Waits (up to `connect_timeout` from now) for the worker's ready line, then observes its
+    /// confinement.
+    pub fn ready(
+        self,
+        connect_timeout: Duration,
+        cancel: &CancelToken,
+    ) -> Result<Worker, WorkerError> {
+        let Launching {
+            mut worker,
+            sandbox,
+        } = self;
+        let w = &mut worker;
+        let now = Instant::now();
+        // The worker's first message says it serves requests (what connecting to the socket
+        // said before): a worker that never gets there times out or dies here, with its log.
+        let why = match w.read_message(now, now + connect_timeout, cancel) {
+            Ok(Envelope::Ready) => None,
+            Ok(other) => Some(WorkerError::Protocol(ProtocolError::Unexpected {
+                got: other.kind(),
+                expected: "its ready line",
+            })),
+            Err(WorkerError::Timeout { .. }) => Some(WorkerError::Timeout {
+                seconds: connect_timeout.as_secs_f64(),
+            }),
+            Err(e) => Some(e),
+        };
+        if let Some(why) = why {
+            w.kill();
+            if matches!(why, WorkerError::Cancelled) {
+                return Err(why);
+            }
+            let log = w.take_log();
+            return Err(WorkerError::NotStarted {
+                why: Box::new(why),
+                log,
+            });
+        }
+        // Observed once it is ready: by then the interpreter runs under whatever took effect.
+        w.isolation = sandbox.as_ref().map(|sb| {
+            crate::sandbox::observe(w.pid, &sb.expected(w.cgroup.as_ref())).unwrap_or_else(|| {
+                kg_contract::IsolationReport::unobserved("could not be observed (/proc unreadable)")
+            })
+        });
+        Ok(worker)
+    }
+}
+
 impl Worker {
     /// Starts the worker and waits (up to `connect_timeout`) for it to connect.
     pub fn spawn(
@@ -485,6 +547,11 @@ impl Worker {
         connect_timeout: Duration,
         cancel: &CancelToken,
     ) -> Result<Worker, WorkerError> {
+        Worker::launch(spec)?.ready(connect_timeout, cancel)
+    }
+
+    /// Starts the worker without waiting for it ([`Launching::ready`] does).
+    pub fn launch(spec: &WorkerSpec) -> Result<Launching, WorkerError> {
         static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let tag = format!("{}-{n}", std::process::id());
@@ -560,7 +627,7 @@ impl Worker {
             });
         }
         let started = Instant::now();
-        let mut w = Worker {
+        let worker = Worker {
             child,
             pid,
             chan,
@@ -581,37 +648,10 @@ impl Worker {
                 .and_then(crate::sandbox::Sandbox::drops_to),
             cgroup,
         };
-        // The worker's first message says it serves requests (what connecting to the socket
-        // said before): a worker that never gets there times out or dies here, with its log.
-        let why = match w.read_message(started, started + connect_timeout, cancel) {
-            Ok(Envelope::Ready) => None,
-            Ok(other) => Some(WorkerError::Protocol(ProtocolError::Unexpected {
-                got: other.kind(),
-                expected: "its ready line",
-            })),
-            Err(WorkerError::Timeout { .. }) => Some(WorkerError::Timeout {
-                seconds: connect_timeout.as_secs_f64(),
-            }),
-            Err(e) => Some(e),
-        };
-        if let Some(why) = why {
-            w.kill();
-            if matches!(why, WorkerError::Cancelled) {
-                return Err(why);
-            }
-            let log = w.take_log();
-            return Err(WorkerError::NotStarted {
-                why: Box::new(why),
-                log,
-            });
-        }
-        // Observed once it is ready: by then the interpreter runs under whatever took effect.
-        w.isolation = spec.sandbox.as_ref().map(|sb| {
-            crate::sandbox::observe(pid, &sb.expected(w.cgroup.as_ref())).unwrap_or_else(|| {
-                kg_contract::IsolationReport::unobserved("could not be observed (/proc unreadable)")
-            })
-        });
-        Ok(w)
+        Ok(Launching {
+            worker,
+            sandbox: spec.sandbox.clone(),
+        })
     }
 
     /// The process id (also the process group id).
@@ -1018,8 +1058,8 @@ mod tests {
     /// A worker over the real `kgcommon` channel that sends a descriptor of a file it opens
     /// (`send`) or reads from the descriptor it receives (`recv`).
     fn fd_worker(dir: &Path, sandbox: Option<crate::sandbox::Sandbox>, label: &str) -> Worker {
-        crate::scripts::install(dir).unwrap();
-        let py = crate::scripts::dir(dir);
+        let py = dir.join(format!("py-{label}"));
+        crate::scripts::install(&py).unwrap();
         let script = dir.join(format!("{label}.py"));
         std::fs::write(
             &script,

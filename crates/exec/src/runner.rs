@@ -631,9 +631,15 @@ impl CorpusRunner {
         let rounds = self.opts.rounds;
         let mut written: IndexMap<(usize, usize), Vec<Trace>> = IndexMap::new();
         let mut stopped: Vec<usize> = Vec::new();
-        for &(i, j) in to_run {
+        for (k, &(i, j)) in to_run.iter().enumerate() {
             if stopped.contains(&i) {
                 continue;
+            }
+            // The next pair's candidate process can start while this one is evaluated.
+            if let Some(&(ni, nj)) = to_run[k + 1..].iter().find(|(ni, _)| !stopped.contains(ni)) {
+                let np = &self.plan.problems[ni];
+                let n = corpus::select_workloads(&np.problem, None, self.config.max_workloads);
+                session.prestart_next(&np.pairs[nj].found.solution, n.len());
             }
             let p = &self.plan.problems[i];
             let s = &p.pairs[j];

@@ -1,6 +1,6 @@
 //! The Python worker scripts, embedded so an installed binary needs no checkout.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Shared helpers: protocol, device identity, clocks, timing.
 pub const KGCOMMON: &str = include_str!("../py/kgcommon.py");
@@ -15,22 +15,12 @@ pub const CANDIDATE: &str = include_str!("../py/candidate.py");
 /// The interpreter probe.
 pub const PROBE: &str = include_str!("../py/probe.py");
 
-/// The directory under a session's private temp dir that holds the worker scripts (mounted
-/// read-only for the candidate where the OS allows).
-pub fn dir(session_dir: &Path) -> PathBuf {
-    session_dir.join("py")
-}
-
-/// (Re)writes every worker script into [`dir`]`(session_dir)`, removing anything else there
-/// first, so a judge started after a candidate ran never imports what the candidate planted.
-pub fn install(session_dir: &Path) -> std::io::Result<()> {
-    let dir = dir(session_dir);
-    match std::fs::remove_dir_all(&dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
-    std::fs::create_dir_all(&dir)?;
+/// Writes every worker script into `dir`, which must not exist yet: each worker gets scripts
+/// written for it, so no worker imports what another process (a candidate that ran before it,
+/// or runs beside it) could have changed, and rewriting them never tears a file a starting
+/// worker is reading.
+pub fn install(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir(dir)?;
     for (name, text) in [
         ("kgcommon.py", KGCOMMON),
         ("kgcupti.py", KGCUPTI),

@@ -30,6 +30,7 @@ fn eval(status: Status, correctness: bool, performance: bool) -> Evaluation {
         timestamp: String::new(),
         wall_s: None,
         retried: None,
+        candidate_start: None,
     }
 }
 
