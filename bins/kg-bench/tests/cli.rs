@@ -1679,7 +1679,7 @@ fn quiet_and_verbose_change_what_progress_shows() {
 /// starting one), none starts ahead; the verdicts are the same every way.
 #[test]
 fn the_next_pairs_candidate_starts_during_the_previous_pair_only_where_allowed() {
-    use kg_contract::CandidateLaunch::{EvaluationStart, PreviousEvaluation};
+    use kg_contract::CandidateLaunch::{EarlierEvaluation, EvaluationStart};
     let py = python();
     let corpus = own_fixtures().join("same_name");
     let starts = |extra: &[&str]| -> Vec<kg_contract::CandidateLaunch> {
@@ -1720,7 +1720,7 @@ fn the_next_pairs_candidate_starts_during_the_previous_pair_only_where_allowed()
     };
     assert_eq!(
         starts(&["--prestart", "on"]),
-        [EvaluationStart, PreviousEvaluation]
+        [EvaluationStart, EarlierEvaluation]
     );
     assert_eq!(
         starts(&["--prestart", "off"]),

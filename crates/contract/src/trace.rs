@@ -462,8 +462,8 @@ pub enum CandidateLaunch {
     WhenAsked,
     /// As its evaluation began, while the judge started or loaded the reference.
     EvaluationStart,
-    /// While the previous evaluation ran (`kg-bench run --prestart`).
-    PreviousEvaluation,
+    /// While an earlier evaluation ran (`kg-bench run --prestart`).
+    EarlierEvaluation,
 }
 
 /// Why a workload was evaluated a second time, and what the discarded attempt said.

@@ -584,10 +584,11 @@ pub struct Session {
     candidate_root: Option<PathBuf>,
     /// Where the judge writes the running candidate's inputs (read-only in its view).
     candidate_inputs: Option<PathBuf>,
-    /// A candidate process started ahead of time ([`Session::prestart_next`]).
-    prestarted: Option<Prestarted>,
-    /// The solution (and its workload count) the next evaluation is expected to be for.
-    next: Option<(Solution, usize)>,
+    /// Candidate processes started ahead of time ([`Session::prestart_next`]), oldest first.
+    prestarted: Vec<Prestarted>,
+    /// The evaluations due after the next one (solution, workload count), in order, as last
+    /// named by [`Session::prestart_next`] and not yet acted on.
+    next: Option<Vec<(Solution, usize)>>,
     /// Why candidates are no longer started ahead of time in this session.
     prestart_off: Option<String>,
 }
@@ -618,6 +619,18 @@ struct StartedCandidate {
 fn prestart_key(sol: &Solution, workloads: usize) -> String {
     let json = serde_json::to_vec(sol).unwrap_or_default();
     format!("{}:{workloads}", kg_contract::io::sha256_hex(&json))
+}
+
+/// At most this many candidate processes are started ahead of time: one for each pair whose
+/// evaluation fits into a candidate's start (1-4 s on an H200 host against 0.5-1.5 s for a
+/// reference pair of 2 workloads).
+const MAX_PRESTARTED: usize = 5;
+
+/// How many candidate processes start ahead of time: [`MAX_PRESTARTED`], fewer on a host of
+/// under 16 cores (a quarter of them, at least one).
+fn prestart_depth() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    (cores / 4).clamp(1, MAX_PRESTARTED)
 }
 
 /// The layers without which a candidate could reach another candidate process running beside
@@ -788,7 +801,7 @@ impl Session {
             interpreter_paths: None,
             candidate_root: None,
             candidate_inputs: None,
-            prestarted: None,
+            prestarted: Vec::new(),
             next: None,
             prestart_off: None,
         })
@@ -1340,22 +1353,16 @@ impl Session {
         }))
     }
 
-    /// Starts `sol`'s candidate process now unless one for it is already starting (a stale
-    /// one, for another evaluation, is killed).
+    /// Starts a candidate process for `sol` now, kept for when it is asked for (a failure to
+    /// start is reported by [`Session::start_candidate`], which then tries again).
     fn prestart(
         &mut self,
         sol: &Solution,
         workloads: usize,
         during: CandidateLaunch,
     ) -> Result<(), ExecError> {
-        let key = prestart_key(sol, workloads);
-        if self.prestarted.as_ref().is_some_and(|p| p.key == key) {
-            return Ok(());
-        }
-        self.prestarted = None;
         match self.launch_candidate(sol, workloads, during)? {
-            Ok(p) => self.prestarted = Some(p),
-            // `start_candidate` starts it again when it is asked for, and reports a failure.
+            Ok(p) => self.prestarted.push(p),
             Err(e) => {
                 tracing::debug!(solution = %sol.name, "no candidate started ahead of time: {e}")
             }
@@ -1363,14 +1370,21 @@ impl Session {
         Ok(())
     }
 
-    /// Names the solution (and its number of workloads) of the evaluation after the next one,
-    /// so that its candidate process can start (interpreter and `import torch`, none of its
-    /// code) while the next one is evaluated: it is then ready when asked for. Only where each
-    /// candidate is confined to its own PID namespace and a read-only view (so the running
-    /// one cannot reach the starting one), and never on a CPU device, whose cores the timed
-    /// workload uses. A guess that turns out wrong costs a killed process, never a verdict.
-    pub fn prestart_next(&mut self, sol: &Solution, workloads: usize) {
-        self.next = Some((sol.clone(), workloads));
+    /// Names the evaluations due after the next one, in order (solution and number of
+    /// workloads), so that the first few of them (up to 5, fewer on a small host) get their candidate process
+    /// started (interpreter and `import torch`, none of their code) while the next one is
+    /// evaluated, and are ready when asked for. Only where each candidate is confined to its
+    /// own PID namespace and a read-only view (so the running one cannot reach a starting
+    /// one), and not on a CPU device unless [`Prestart::On`]. A guess that turns out wrong
+    /// costs a killed process, never a verdict.
+    pub fn prestart_next(&mut self, upcoming: &[(&Solution, usize)]) {
+        self.next = Some(
+            upcoming
+                .iter()
+                .take(prestart_depth())
+                .map(|(s, n)| ((*s).clone(), *n))
+                .collect(),
+        );
     }
 
     /// Why no candidate may start beside `current` (None: one may).
@@ -1405,21 +1419,37 @@ impl Session {
         })
     }
 
-    /// Once `current` is ready: starts the candidate named by [`Session::prestart_next`] beside
-    /// it, or, where that is refused, ends any started ahead of time.
+    /// Once `current` is ready: makes the processes started ahead of time those named by
+    /// [`Session::prestart_next`] (killing any no longer due, starting any missing), or, where
+    /// that is refused, ends every one.
     fn launch_next(&mut self, current: &Worker) -> Result<(), ExecError> {
         if let Some(why) = self.prestart_refusal(current) {
             self.next = None;
-            if self.prestarted.take().is_some() || self.prestart_off.is_none() {
+            if !self.prestarted.is_empty() || self.prestart_off.is_none() {
                 tracing::info!("candidates are not started ahead of time: {why}");
             }
+            self.prestarted.clear();
             self.prestart_off = Some(why);
             return Ok(());
         }
-        match self.next.take() {
-            Some((sol, n)) => self.prestart(&sol, n, CandidateLaunch::PreviousEvaluation),
-            None => Ok(()),
+        let Some(wanted) = self.next.take() else {
+            return Ok(());
+        };
+        let mut have = std::mem::take(&mut self.prestarted);
+        let mut missing = Vec::new();
+        for (sol, n) in wanted {
+            let key = prestart_key(&sol, n);
+            match have.iter().position(|p| p.key == key) {
+                Some(i) => self.prestarted.push(have.remove(i)),
+                None => missing.push((sol, n)),
+            }
         }
+        // Started for evaluations no longer due: killed with their process groups.
+        drop(have);
+        for (sol, n) in missing {
+            self.prestart(&sol, n, CandidateLaunch::EarlierEvaluation)?;
+        }
+        Ok(())
     }
 
     /// A ready candidate process with `sol` loaded: the one started ahead of time for it if
@@ -1431,13 +1461,11 @@ impl Session {
     ) -> Result<Result<StartedCandidate, (Status, String)>, ExecError> {
         let asked = Instant::now();
         let key = prestart_key(sol, workloads);
-        let taken = match self.prestarted.take() {
-            Some(p) if p.key == key => Some(p),
-            other => {
-                self.prestarted = other;
-                None
-            }
-        };
+        let taken = self
+            .prestarted
+            .iter()
+            .position(|p| p.key == key)
+            .map(|i| self.prestarted.remove(i));
         let p = match taken {
             Some(p) => p,
             None => match self.launch_candidate(sol, workloads, CandidateLaunch::WhenAsked)? {
@@ -1595,9 +1623,8 @@ impl Session {
         });
         // A process started for this evaluation and never taken (the reference failed to load).
         let own = prestart_key(sol, workloads.len());
-        if self.prestarted.as_ref().is_some_and(|p| p.key == own) {
-            self.prestarted = None;
-        }
+        self.prestarted
+            .retain(|p| p.key != own || p.during != CandidateLaunch::EvaluationStart);
         // `evaluate_in` has returned: its candidate was shut down, or dropped on the way out
         // (which kills its process group and every descendant found), so nothing it ran can
         // still write; what it left in the problem directory is checked now.
@@ -1655,7 +1682,8 @@ impl Session {
         // The candidate's interpreter starts while the judge starts or loads the reference
         // (nothing is timed before the first workload; nothing of the candidate's runs before
         // its `load`).
-        if total > 0 {
+        let own = prestart_key(sol, total);
+        if total > 0 && !self.prestarted.iter().any(|p| p.key == own) {
             self.prestart(sol, total, CandidateLaunch::EvaluationStart)?;
         }
         for (index, w) in workloads.iter().enumerate() {
@@ -1732,8 +1760,8 @@ impl Session {
                                             CandidateLaunch::WhenAsked => "started when asked for",
                                             CandidateLaunch::EvaluationStart =>
                                                 "started as its evaluation began",
-                                            CandidateLaunch::PreviousEvaluation =>
-                                                "started while the previous evaluation ran",
+                                            CandidateLaunch::EarlierEvaluation =>
+                                                "started while an earlier evaluation ran",
                                         },
                                         st.process_s,
                                         st.load_s,
@@ -2860,8 +2888,8 @@ impl Session {
 
     /// Stops the judge (and with it every worker of this lane).
     pub fn shutdown(mut self) {
-        // A candidate started ahead of time for an evaluation that never came.
-        self.prestarted = None;
+        // Candidates started ahead of time for evaluations that never came.
+        self.prestarted.clear();
         if let Some(j) = self.judge.take() {
             j.shutdown();
         }

@@ -635,12 +635,18 @@ impl CorpusRunner {
             if stopped.contains(&i) {
                 continue;
             }
-            // The next pair's candidate process can start while this one is evaluated.
-            if let Some(&(ni, nj)) = to_run[k + 1..].iter().find(|(ni, _)| !stopped.contains(ni)) {
-                let np = &self.plan.problems[ni];
-                let n = corpus::select_workloads(&np.problem, None, self.config.max_workloads);
-                session.prestart_next(&np.pairs[nj].found.solution, n.len());
-            }
+            // The next pairs' candidate processes can start while this one is evaluated.
+            let upcoming: Vec<(&kg_contract::Solution, usize)> = to_run[k + 1..]
+                .iter()
+                .filter(|(ni, _)| !stopped.contains(ni))
+                .take(8)
+                .map(|&(ni, nj)| {
+                    let np = &self.plan.problems[ni];
+                    let n = corpus::select_workloads(&np.problem, None, self.config.max_workloads);
+                    (&np.pairs[nj].found.solution, n.len())
+                })
+                .collect();
+            session.prestart_next(&upcoming);
             let p = &self.plan.problems[i];
             let s = &p.pairs[j];
             let sol = &s.found.solution;
