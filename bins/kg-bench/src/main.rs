@@ -281,8 +281,9 @@ struct RunArgs {
     /// value, else a substring. E.g. `rmsnorm`, `language:triton & !problem:cuda*`.
     #[arg(long, value_name = "EXPR")]
     filter: Vec<String>,
-    /// Start the next pair's candidate process (interpreter and `import torch`, none of its
-    /// code) while the current pair is evaluated, so it is ready when its turn comes. Only where
+    /// Start the next pairs' candidate processes (up to 5; interpreter and `import torch`, none
+    /// of their code) while the current pair is evaluated, so each is ready when its turn comes.
+    /// Only where
     /// every candidate runs in its own PID namespace and read-only view (the sandbox); the
     /// trace's `candidate_start` says when each process started.
     #[arg(long, value_enum, default_value = "auto")]
