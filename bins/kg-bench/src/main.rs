@@ -227,6 +227,10 @@ struct EvalArgs {
     /// (`kg-bench keygen`); read by kg-bench before any worker starts, never passed to one.
     #[arg(long, value_name = "FILE")]
     sign_key: Option<PathBuf>,
+    /// Also write the results as JUnit XML (a testcase per workload; a status other than PASSED
+    /// is a failure, INVALID_REFERENCE an error, a refused pair skipped) for CI test reports.
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -773,6 +777,14 @@ fn evaluate(a: EvaluateArgs, cancel: &CancelToken) -> Result<i32, Failure> {
     if let Some(e) = evaluated.error {
         return Err(from_exec(e));
     }
+    if let Some(path) = &a.eval.junit {
+        let key = problem.dir.file_name().map_or_else(
+            || problem.definition.name.clone(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        let suite = kg_report::junit::suite_of_traces(&key, &solution.name, &traces);
+        write_junit(path, &[suite])?;
+    }
     if a.env.json {
         println!("{}", serde_json::to_string_pretty(&traces).map_err(usage)?);
         if let (Some(p), Some(h)) = (&a.output, &head) {
@@ -786,6 +798,12 @@ fn evaluate(a: EvaluateArgs, cancel: &CancelToken) -> Result<i32, Failure> {
         }
     }
     Ok(exit_for(&traces))
+}
+
+/// Writes `--junit`'s file (atomically: a CI system never reads half of one).
+fn write_junit(path: &Path, suites: &[kg_report::junit::Suite]) -> Result<(), Failure> {
+    let xml = kg_report::junit::render("kernelgate", suites);
+    kg_contract::io::write_atomic(path, xml.as_bytes()).map_err(|e| usage(anyhow!("--junit: {e}")))
 }
 
 /// Says so when `--sol` bounds fewer than all of the workloads about to run (a wrong file
@@ -963,6 +981,9 @@ fn run(a: RunArgs, cancel: &CancelToken) -> Result<i32, Failure> {
     };
     let mut runner = CorpusRunner::new(plan, interp, opts, cancel.clone(), config);
     let outcome = runner.run(&mut reporter).map_err(from_runner)?;
+    if let Some(path) = &a.eval.junit {
+        write_junit(path, &output::junit_suites(&outcome.pairs))?;
+    }
     let summary = &outcome.summary;
     if a.env.json {
         println!("{}", serde_json::to_string_pretty(summary).map_err(usage)?);

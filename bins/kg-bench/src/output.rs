@@ -259,3 +259,34 @@ pub fn findings_table(findings: &[Finding]) -> Table {
     }
     t
 }
+
+/// `run --junit`'s suites: every selected pair, as the summary counts it (traces evaluated now
+/// or kept from an earlier run; a refused pair skipped; a pair not run, or whose kept file no
+/// longer loads, an error).
+pub fn junit_suites(rows: &[PairOutcome]) -> Vec<kg_report::junit::Suite> {
+    use kg_report::junit::{suite_of_traces, suite_without_traces};
+    rows.iter()
+        .map(|row| match &row.state {
+            PairState::Evaluated(t) => suite_of_traces(&row.key, &row.solution, t),
+            PairState::Kept(f) => match kg_contract::io::load_jsonl::<Trace>(f) {
+                Ok(rows) => {
+                    let t: Vec<Trace> = rows.into_iter().map(|(_, t, _)| t).collect();
+                    suite_of_traces(&row.key, &row.solution, &t)
+                }
+                Err(e) => suite_without_traces(
+                    &row.key,
+                    &row.solution,
+                    &format!("the kept trace file does not load: {e}"),
+                    false,
+                ),
+            },
+            PairState::Refused(why) => suite_without_traces(&row.key, &row.solution, why, true),
+            PairState::NotRun => suite_without_traces(
+                &row.key,
+                &row.solution,
+                "not run: its problem changed before it was due",
+                false,
+            ),
+        })
+        .collect()
+}

@@ -835,6 +835,7 @@ fn corpus_failure_fixtures_get_their_status() {
         .unwrap();
         expect.push((case.to_string(), def_name, c.clone()));
     }
+    let junit = tmp.path().join("junit.xml");
     let o = kg(&py, tmp.path())
         .args(["run"])
         .arg(&corpus)
@@ -844,6 +845,8 @@ fn corpus_failure_fixtures_get_their_status() {
         .arg(&out)
         .args(["--timeout", "10", "--max-workloads", "2"])
         .args(FAST)
+        .arg("--junit")
+        .arg(&junit)
         .output()
         .unwrap();
     assert!(
@@ -851,11 +854,18 @@ fn corpus_failure_fixtures_get_their_status() {
         "stderr: {}",
         stderr(&o)
     );
+    let (mut tests, mut failures, mut errors) = (0, 0, 0);
     for (case, def_name, c) in &expect {
         let traces = traces_in(&out.join(def_name).join(format!("{case}.jsonl")));
         assert!(!traces.is_empty(), "{case}");
         for t in &traces {
             let e = t.evaluation.as_ref().unwrap();
+            tests += 1;
+            match e.status {
+                Status::Passed => {}
+                Status::InvalidReference => errors += 1,
+                _ => failures += 1,
+            }
             let want = c["expected_by_workload"][&t.workload.uuid]
                 .as_str()
                 .or(c["expected"].as_str())
@@ -871,6 +881,45 @@ fn corpus_failure_fixtures_get_their_status() {
     }
     let left = processes_mentioning(&tmp.path().display().to_string());
     assert!(left.is_empty(), "workers left behind: {left:?}");
+    // The JUnit file: valid against the schema, a testcase per trace, each status counted
+    // where CI systems look for it.
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    junit_is_valid(&junit);
+    assert!(failures > 0 && errors > 0, "the fixtures cover both");
+    assert!(
+        xml.contains(&format!(
+            "tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\" skipped=\"0\""
+        )),
+        "{xml}"
+    );
+    assert_eq!(xml.matches("<testcase ").count(), tests, "{xml}");
+    assert!(
+        xml.contains("<failure type=\"INCORRECT_NUMERICAL\""),
+        "{xml}"
+    );
+    assert!(xml.contains("<error type=\"INVALID_REFERENCE\""), "{xml}");
+}
+
+/// Validates a JUnit file against `docs/schemas/junit.xsd` with xmllint (libxml2-utils;
+/// `.ci/run` installs it).
+pub fn junit_is_valid(path: &Path) {
+    let schema = workspace().join("docs/schemas/junit.xsd");
+    let o = Command::new("xmllint")
+        .arg("--noout")
+        .arg("--schema")
+        .arg(&schema)
+        .arg(path)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("xmllint is needed to validate JUnit files (apt-get install libxml2-utils): {e}")
+        });
+    assert!(
+        o.status.success(),
+        "{} does not validate against {}: {}",
+        path.display(),
+        schema.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 /// One byte of a PASSED line's latency changed, as a text editor would.

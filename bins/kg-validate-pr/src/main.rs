@@ -91,6 +91,10 @@ struct Cli {
     /// Also write a PR-comment summary in Markdown.
     #[arg(long)]
     markdown: Option<PathBuf>,
+    /// Also write JUnit XML for CI test reports: a testcase per stage (a failed stage a failure
+    /// with its findings, a skipped one skipped) and a `verdict` testcase that fails unless PASS.
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
     /// Also print the report to stdout.
     #[arg(long)]
     json: bool,
@@ -204,6 +208,16 @@ fn real_main(cli: &Cli) -> i32 {
     {
         eprintln!("error: failed to write `{}`: {e}", md.display());
         return EXIT_ERROR;
+    }
+    if let Some(path) = &cli.junit {
+        let xml = kg_report::junit::render(
+            "kg-validate-pr",
+            &[kg_report::junit::suite_of_validation(&report)],
+        );
+        if let Err(e) = kg_contract::io::write_atomic(path, xml.as_bytes()) {
+            eprintln!("error: failed to write `{}`: {e}", path.display());
+            return EXIT_ERROR;
+        }
     }
     if cli.json {
         match serde_json::to_string_pretty(&report) {

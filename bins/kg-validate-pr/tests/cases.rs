@@ -59,10 +59,41 @@ fn tail_store_bug_hidden_by_commented_rows_blocks() {
         &[],
     );
     let before = f.fingerprint();
-    let (out, r) = f.run(&py, false, &args(&argnames_grid(), &["--no-perf"]));
+    let junit = f.dir.path().join("out/junit.xml");
+    let (out, r) = f.run(
+        &py,
+        false,
+        &args(
+            &argnames_grid(),
+            &["--no-perf", "--junit", junit.to_str().unwrap()],
+        ),
+    );
     let c = ctx(&out, &r);
     assert_eq!(r["verdict"], "BLOCK", "{c}");
     assert_eq!(out.status.code(), Some(1), "{c}");
+    // JUnit for CI: a testcase per stage and the verdict's, the failed stages failures with
+    // their findings, the skipped ones skipped; valid against the schema.
+    support::junit_is_valid(&junit);
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert_eq!(xml.matches("<testcase ").count(), 11, "{xml}");
+    let case = |name: &str| {
+        let at = xml
+            .find(&format!("<testcase name=\"{name}\""))
+            .unwrap_or_else(|| panic!("no testcase {name}: {xml}"));
+        let end = at + xml[at..].find("</testcase>").unwrap();
+        xml[at..end].to_string()
+    };
+    assert!(
+        case("correctness_s1_grid").contains("<failure type=\"stage_fail\""),
+        "{xml}"
+    );
+    assert!(case("correctness_s1_grid").contains("blocker: "), "{xml}");
+    assert!(case("gpu_claim").contains("<skipped message="), "{xml}");
+    assert!(
+        !case("correctness_repo_tests").contains("<failure"),
+        "{xml}"
+    );
+    assert!(case("verdict").contains("<failure type=\"BLOCK\""), "{xml}");
     assert_eq!(r["degraded_mode"], "NO_GPU", "{c}");
     assert_eq!(
         r["test_selection"]["gpu_requirement"], "not-required",
@@ -507,6 +538,8 @@ fn perf_neutral_good_change_passes_on_a_claimed_gpu() {
         "{c}"
     );
     assert!(std::fs::read_to_string(&md).unwrap().contains("**PASS**"));
+    let junit = f.dir.path().join("out/junit.xml");
+    assert!(!junit.exists(), "written only when asked for");
     // Every run's log exists and is bound by its hash.
     for run in r["runs"].as_array().unwrap() {
         let log = f.out.parent().unwrap().join(run["log"].as_str().unwrap());

@@ -16,6 +16,7 @@
 
 pub mod compare;
 pub mod html;
+pub mod junit;
 pub mod load;
 pub mod model;
 

@@ -333,3 +333,25 @@ pub fn ctx(out: &Output, r: &serde_json::Value) -> String {
         String::from_utf8_lossy(&out.stderr)
     )
 }
+
+/// Validates a JUnit file against `docs/schemas/junit.xsd` with xmllint (libxml2-utils;
+/// `.ci/run` installs it).
+pub fn junit_is_valid(path: &Path) {
+    let schema = workspace().join("docs/schemas/junit.xsd");
+    let o = std::process::Command::new("xmllint")
+        .arg("--noout")
+        .arg("--schema")
+        .arg(&schema)
+        .arg(path)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("xmllint is needed to validate JUnit files (apt-get install libxml2-utils): {e}")
+        });
+    assert!(
+        o.status.success(),
+        "{} does not validate against {}: {}",
+        path.display(),
+        schema.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
