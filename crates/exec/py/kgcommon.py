@@ -653,10 +653,54 @@ def libs():
     return out
 
 
+def _nvidia_driver_from_proc(text):
+    """The kernel module's version from `/proc/driver/nvidia/version` text ("NVRM version:
+    NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu ..."), or None."""
+    for line in text.splitlines():
+        if line.startswith("NVRM version:"):
+            for word in line.split():
+                parts = word.split(".")
+                if len(parts) >= 2 and all(p.isdigit() for p in parts):
+                    return word
+    return None
+
+
+def driver_version(dev):
+    """The GPU driver's version (NVML, else the NVIDIA kernel module's `/proc` file; for ROCm
+    the amdgpu module's, unverified on AMD hardware), or None on the CPU or when unreadable."""
+    import torch
+
+    if dev.type == "cpu":
+        return None
+    if getattr(torch.version, "hip", None):
+        try:
+            with open("/sys/module/amdgpu/version") as f:
+                return f.read().strip() or None
+        except OSError:
+            return None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        v = pynvml.nvmlSystemGetDriverVersion()
+        return v.decode() if isinstance(v, bytes) else str(v)
+    except Exception:
+        pass
+    try:
+        with open("/proc/driver/nvidia/version") as f:
+            return _nvidia_driver_from_proc(f.read())
+    except OSError:
+        return None
+
+
 def environment(dev):
     ident = device_identity(dev)
     hw = "CPU" if dev.type == "cpu" else ident["name"].replace(" ", "_")
-    return {"hardware": hw, "libs": libs(), "device": ident, "clocks": clocks(dev, ident)}
+    lib = libs()
+    drv = driver_version(dev)
+    if drv:
+        lib["driver"] = drv
+    return {"hardware": hw, "libs": lib, "device": ident, "clocks": clocks(dev, ident)}
 
 
 # ---------------------------------------------------------------- timing

@@ -650,3 +650,17 @@ def test_generated_inputs_follow_their_distribution_and_refuse_unknown_ones():
     assert float(u.min()) >= -1.0 and float(u.max()) < -0.5
     with pytest.raises(ValueError):
         kg.generated_tensor({"type": "zipf"}, (3,), torch.float32, dev, gen)
+
+
+def test_nvidia_driver_version_is_read_from_the_kernel_modules_proc_text():
+    text = (
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu Oct 30 2025\n"
+        "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
+    )
+    assert kg._nvidia_driver_from_proc(text) == "580.159.04"
+    assert kg._nvidia_driver_from_proc("GCC version: 12.2.0\n") is None
+
+
+def test_no_driver_version_on_the_cpu():
+    assert kg.driver_version(torch.device("cpu")) is None
+    assert "driver" not in kg.environment(torch.device("cpu"))["libs"]
