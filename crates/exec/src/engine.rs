@@ -76,12 +76,12 @@ pub struct EvalOptions {
     pub sol_floor: Option<SolFloor>,
     /// The claim holding the device, recorded in every trace's environment.
     pub gpu_claim: Option<kg_contract::GpuClaim>,
-    /// Whether the next evaluation's candidate process starts while the current one is
-    /// evaluated ([`Session::prestart_next`]).
+    /// Whether the candidate processes of the evaluations due next start while the current
+    /// one is evaluated ([`Session::prestart_next`]).
     pub prestart: Prestart,
 }
 
-/// Whether a candidate process starts while the previous evaluation runs.
+/// Whether candidate processes start while an earlier evaluation runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Prestart {
     /// On, except on a CPU device (the cores it would use run the timed workload).
@@ -1371,9 +1371,9 @@ impl Session {
     }
 
     /// Names the evaluations due after the next one, in order (solution and number of
-    /// workloads), so that the first few of them (up to 5, fewer on a small host) get their candidate process
-    /// started (interpreter and `import torch`, none of their code) while the next one is
-    /// evaluated, and are ready when asked for. Only where each candidate is confined to its
+    /// workloads), so that the first few of them (up to 5, fewer on a small host) get their
+    /// candidate process started (interpreter and `import torch`, none of their code) while
+    /// the next one is evaluated, and are ready when asked for. Only where each candidate is confined to its
     /// own PID namespace and a read-only view (so the running one cannot reach a starting
     /// one), and not on a CPU device unless [`Prestart::On`]. A guess that turns out wrong
     /// costs a killed process, never a verdict.
