@@ -23,8 +23,9 @@ use indexmap::IndexMap;
 use kg_contract::chain;
 use kg_contract::{Problem, Status, Trace, exit, load_solution};
 use kg_exec::corpus::{self, CpuEstimate, SolCoverage, SolutionSource};
-use kg_exec::device::{AcquireOptions, Acquired};
+use kg_exec::device::{AcquireOptions, Acquired, GpuSet};
 use kg_exec::engine::{ExecError, check_languages};
+use kg_exec::lanes::Lane;
 use kg_exec::runner::{
     CorpusPlan, CorpusRunner, PlanOptions, Reporter, RunConfig, RunEvent, RunnerError, SkipReason,
 };
@@ -54,7 +55,8 @@ const EXIT_RUN: &str = "Exit codes:
   2    bad input or an unusable environment, a --filter that matches nothing, or every selected
        solution refused (nothing could run here): nothing was evaluated
   3    no verdict: kernelgate's own plumbing failed twice on one workload (a harness fault);
-       that workload has no trace and no kernel is blamed
+       that workload has no trace and no kernel is blamed; or a lane of --gpus/--jobs stopped
+       (named): the other lanes' traces are written, no summary.json is
   130  interrupted by Ctrl-C/SIGTERM: every worker killed, finished traces written
 
 On the CPU, Triton runs through its interpreter (hundreds of ns per element per call):
@@ -292,6 +294,16 @@ struct RunArgs {
     /// trace's `candidate_start` says when each process started.
     #[arg(long, value_enum, default_value = "auto")]
     prestart: PrestartArg,
+    /// Spread the run over GPUs, one lane (judge and candidate) per GPU, each under its own
+    /// kg-gpu claim and L2 execution lock: `all` (every GPU that can be claimed), a count
+    /// (`2`), or UUIDs / PCI bus ids separated by commas. The most expensive pairs go first;
+    /// traces and summary.json are as a one-GPU run writes them, each trace naming its GPU.
+    #[arg(long, value_name = "all|N|LIST", conflicts_with = "jobs")]
+    gpus: Option<String>,
+    /// On the CPU: evaluate this many pairs at once, one lane each (every worker uses one
+    /// thread; timings are CPU timings taken beside the other lanes).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    jobs: Option<u16>,
     #[command(flatten)]
     env: EnvArgs,
     #[command(flatten)]
@@ -372,19 +384,24 @@ fn main() -> ExitCode {
     }
 }
 
-/// Resolves Python, probes it, and acquires the device (claiming a GPU through kg-gpu for
-/// `auto`). The returned [`Acquired`] holds the claim: keep it alive for the whole run.
-fn prepare_env(env: &EnvArgs) -> Result<(kg_exec::Interpreter, Acquired), Failure> {
-    let request: DeviceRequest = env.device.parse().map_err(|e: String| usage(anyhow!(e)))?;
+/// Resolves Python and probes it.
+fn interpreter(env: &EnvArgs) -> Result<(kg_exec::Interpreter, kg_exec::ProbeInfo), Failure> {
     let cwd = std::env::current_dir().map_err(usage)?;
     let interp = kg_exec::find_python_env(env.python.as_deref(), &cwd).map_err(usage)?;
     let info = kg_exec::probe(&interp).map_err(usage)?;
     tracing::info!(python = %interp.path.display(), torch = %info.torch, "interpreter");
-    let acquire = AcquireOptions {
+    Ok((interp, info))
+}
+
+fn acquire_options(env: &EnvArgs) -> AcquireOptions {
+    AcquireOptions {
         lock_clocks: env.lock_clocks,
         command: std::env::args().collect(),
-    };
-    let acquired = kg_exec::device::acquire(request, &info, &acquire).map_err(usage)?;
+    }
+}
+
+/// Says what was acquired: the notice, and each claim.
+fn announce(acquired: &Acquired) {
     if let Some(n) = &acquired.notice {
         eprintln!("notice: {n}");
     }
@@ -401,7 +418,43 @@ fn prepare_env(env: &EnvArgs) -> Result<(kg_exec::Interpreter, Acquired), Failur
             }
         );
     }
+}
+
+/// Resolves Python, probes it, and acquires the device (claiming a GPU through kg-gpu for
+/// `auto`). The returned [`Acquired`] holds the claim: keep it alive for the whole run.
+fn prepare_env(env: &EnvArgs) -> Result<(kg_exec::Interpreter, Acquired), Failure> {
+    let request: DeviceRequest = env.device.parse().map_err(|e: String| usage(anyhow!(e)))?;
+    let (interp, info) = interpreter(env)?;
+    let acquired =
+        kg_exec::device::acquire(request, &info, &acquire_options(env)).map_err(usage)?;
+    announce(&acquired);
     Ok((interp, acquired))
+}
+
+/// As [`prepare_env`] for `--gpus`: one claimed GPU per lane (never the CPU).
+fn prepare_lanes(
+    env: &EnvArgs,
+    gpus: &str,
+) -> Result<(kg_exec::Interpreter, Vec<Acquired>), Failure> {
+    let set: GpuSet = gpus
+        .parse()
+        .map_err(|e: String| usage(anyhow!("--gpus: {e}")))?;
+    if env.device != "auto" {
+        return Err(usage(anyhow!(
+            "--gpus claims GPUs through kg-gpu and goes with --device auto (got --device {}); for one device unclaimed use --device cuda:N alone",
+            env.device
+        )));
+    }
+    let (interp, info) = interpreter(env)?;
+    let (lanes, notice) =
+        kg_exec::device::acquire_lanes(&set, &info, &acquire_options(env)).map_err(usage)?;
+    if let Some(n) = notice {
+        eprintln!("notice: {n}");
+    }
+    for a in &lanes {
+        announce(a);
+    }
+    Ok((interp, lanes))
 }
 
 /// Evaluation options for the acquired device, before flags.
@@ -523,13 +576,21 @@ struct Progress {
     /// Workloads this command will evaluate, and how many have finished.
     total: usize,
     done: usize,
-    /// The problem and solution being evaluated (the problem key, not the definition name).
-    key: String,
-    solution: String,
-    /// CPU estimates: per workload uuid of the current pair, and for the whole command.
-    estimates: IndexMap<String, f64>,
+    /// Per lane, the pair being evaluated (the problem key, not the definition name), with
+    /// its workloads' CPU estimates.
+    current: IndexMap<usize, LanePair>,
+    /// Lane labels, shown in each line when there are several.
+    labels: Vec<String>,
     estimated_total_s: f64,
     estimated_done_s: f64,
+}
+
+/// The pair a lane is evaluating.
+#[derive(Default)]
+struct LanePair {
+    key: String,
+    solution: String,
+    estimates: IndexMap<String, f64>,
 }
 
 /// `12.3 s`, `4m05s`, `1h02m`.
@@ -556,61 +617,79 @@ impl Progress {
             started: Instant::now(),
             total,
             done: 0,
-            key: String::new(),
-            solution: String::new(),
-            estimates: IndexMap::new(),
+            current: IndexMap::new(),
+            labels: Vec::new(),
             estimated_total_s,
             estimated_done_s: 0.0,
         }
     }
 
-    /// The pair about to be evaluated, with its workloads' CPU estimates (empty off the CPU).
-    fn pair(&mut self, key: &str, solution: &str, estimates: IndexMap<String, f64>) {
-        self.key = key.to_string();
-        self.solution = solution.to_string();
-        self.estimates = estimates;
+    /// The pair lane `lane` is about to evaluate, with its workloads' CPU estimates (empty off
+    /// the CPU).
+    fn pair(&mut self, lane: usize, key: &str, solution: &str, estimates: IndexMap<String, f64>) {
+        self.current.insert(
+            lane,
+            LanePair {
+                key: key.to_string(),
+                solution: solution.to_string(),
+                estimates,
+            },
+        );
+    }
+
+    /// `key / solution`, after the lane's label when there are several lanes.
+    fn what(&self, lane: usize) -> String {
+        let p = self.current.get(&lane);
+        let (key, sol) = p.map_or(("?", "?"), |p| (p.key.as_str(), p.solution.as_str()));
+        match self.labels.get(lane) {
+            Some(l) if self.labels.len() > 1 => format!("[lane {lane} {l}] {key} / {sol}"),
+            _ => format!("{key} / {sol}"),
+        }
     }
 
     fn event(&mut self, e: &Event) {
         match e {
             Event::Notice(n) => eprintln!("notice: {n}"),
-            Event::WorkloadStarted { uuid, .. } => self.started(uuid),
-            Event::WorkloadFinished(t) => self.finished(t),
+            Event::WorkloadStarted { uuid, .. } => self.started(0, uuid),
+            Event::WorkloadFinished(t) => self.finished(0, t),
         }
     }
 
-    /// A workload of the current pair starts: a line in a terminal or with `-v`.
-    fn started(&mut self, uuid: &str) {
+    /// A workload of a lane's pair starts: a line in a terminal or with `-v`.
+    fn started(&mut self, lane: usize, uuid: &str) {
         if self.verbosity == Verbosity::Verbose || (self.tty && self.verbosity == Verbosity::Normal)
         {
             eprintln!(
-                "[{}/{}] {} / {} / {uuid} ...",
+                "[{}/{}] {} / {uuid} ...",
                 self.done + 1,
                 self.total,
-                self.key,
-                self.solution
+                self.what(lane)
             );
         }
     }
 
-    /// A workload of the current pair finished: a line with its status, wall time, elapsed
-    /// time and ETA.
-    fn finished(&mut self, t: &Trace) {
+    /// A workload of a lane's pair finished: a line with its status, wall time, elapsed time
+    /// and ETA.
+    fn finished(&mut self, lane: usize, t: &Trace) {
         self.done += 1;
-        self.estimated_done_s += self.estimates.get(&t.workload.uuid).copied().unwrap_or(0.0);
+        self.estimated_done_s += self
+            .current
+            .get(&lane)
+            .and_then(|p| p.estimates.get(&t.workload.uuid))
+            .copied()
+            .unwrap_or(0.0);
         if self.verbosity == Verbosity::Quiet {
             return;
         }
         let Some(ev) = &t.evaluation else { return };
         let wall = ev.wall_s.map_or_else(|| "wall ?".into(), fmt_secs);
         let mut line = format!(
-            "[{}/{}] {:<19} {:>8}  {} / {} / {}",
+            "[{}/{}] {:<19} {:>8}  {} / {}",
             self.done,
             self.total,
             ev.status.as_str(),
             wall,
-            self.key,
-            self.solution,
+            self.what(lane),
             t.workload.uuid
         );
         let elapsed = self.started.elapsed().as_secs_f64();
@@ -745,7 +824,7 @@ fn evaluate(a: EvaluateArgs, cancel: &CancelToken) -> Result<i32, Failure> {
     }
     let mut session = Session::new(interp, opts, cancel.clone()).map_err(from_exec)?;
     let mut progress = Progress::new(Verbosity::of(&a.env), workloads.len(), estimated_s);
-    progress.pair(&problem.definition.name, &solution.name, estimates);
+    progress.pair(0, &problem.definition.name, &solution.name, estimates);
     // Nothing is written while the candidate lives: `evaluate_sealed` returns once it is gone.
     let sealed = session.evaluate_sealed(&problem, None, &solution, &workloads, &mut |e| {
         progress.event(&e);
@@ -828,6 +907,8 @@ fn exit_for(traces: &[Trace]) -> i32 {
 /// `run`'s stderr: what the corpus runner reports, as notices, refusals and progress lines.
 struct RunReporter {
     verbosity: Verbosity,
+    /// Lane labels (from [`RunEvent::LanesStarted`]).
+    labels: Vec<String>,
     /// Set when evaluation starts.
     progress: Option<Progress>,
 }
@@ -899,29 +980,57 @@ impl Reporter for RunReporter {
                 );
             }
             RunEvent::CpuEstimate(e) => warn_if_long(e),
+            RunEvent::LanesStarted { labels, reduced } => {
+                if let Some(why) = reduced {
+                    eprintln!("notice: {why}");
+                }
+                if labels.len() > 1 && loud {
+                    let named: Vec<String> = labels
+                        .iter()
+                        .enumerate()
+                        .map(|(k, l)| format!("{k}: {l}"))
+                        .collect();
+                    eprintln!("lanes: {}", named.join("; "));
+                }
+                self.labels.clone_from(labels);
+            }
             RunEvent::RunStarted {
                 workloads,
                 estimated_s,
-            } => self.progress = Some(Progress::new(self.verbosity, *workloads, *estimated_s)),
+            } => {
+                let mut p = Progress::new(self.verbosity, *workloads, *estimated_s);
+                p.labels.clone_from(&self.labels);
+                self.progress = Some(p);
+            }
             RunEvent::PairStarted {
+                lane,
                 key,
                 solution,
                 estimates,
             } => {
                 if let Some(p) = &mut self.progress {
-                    p.pair(key, solution, estimates.clone());
+                    p.pair(*lane, key, solution, estimates.clone());
                 }
             }
-            RunEvent::WorkloadStarted { uuid, .. } => {
+            RunEvent::WorkloadStarted { lane, uuid, .. } => {
                 if let Some(p) = &mut self.progress {
-                    p.started(uuid);
+                    p.started(*lane, uuid);
                 }
             }
-            RunEvent::WorkloadFinished { trace } => {
+            RunEvent::WorkloadFinished { lane, trace } => {
                 if let Some(p) = &mut self.progress {
-                    p.finished(trace);
+                    p.finished(*lane, trace);
                 }
             }
+            RunEvent::LaneFailed {
+                lane,
+                label,
+                key,
+                solution,
+                error,
+            } => eprintln!(
+                "error: lane {lane} ({label}) stopped at {key} / {solution}: {error}; the other lanes go on"
+            ),
             RunEvent::Notice(n) => eprintln!("notice: {n}"),
             _ => {}
         }
@@ -932,6 +1041,10 @@ impl Reporter for RunReporter {
 fn from_runner(e: RunnerError) -> Failure {
     match e {
         RunnerError::Exec(e) => from_exec(e),
+        e @ RunnerError::LanesFailed { .. } => Failure {
+            code: kg_contract::exit::NO_VERDICT,
+            error: e.into(),
+        },
         other => usage(other),
     }
 }
@@ -940,6 +1053,7 @@ fn run(a: RunArgs, cancel: &CancelToken) -> Result<i32, Failure> {
     let verbosity = Verbosity::of(&a.env);
     let mut reporter = RunReporter {
         verbosity,
+        labels: Vec::new(),
         progress: None,
     };
     let resume = if a.rerun {
@@ -962,16 +1076,42 @@ fn run(a: RunArgs, cancel: &CancelToken) -> Result<i32, Failure> {
     .map_err(from_runner)?;
     let signer = load_signer(&a.eval)?;
     let run_id = chain::new_run_id().map_err(usage)?;
-    let (interp, acquired) = prepare_env(&a.env)?;
+    let (interp, acquired) = match &a.gpus {
+        Some(g) => prepare_lanes(&a.env, g)?,
+        None => {
+            let (i, acq) = prepare_env(&a.env)?;
+            (i, vec![acq])
+        }
+    };
+    let first = acquired
+        .first()
+        .ok_or_else(|| usage(anyhow!("no device was acquired")))?;
     // Refused up front, named, before any worker starts (and before flags are checked
     // against the device).
-    plan.refuse(&acquired.choice, &interp.path, &mut reporter)
+    plan.refuse(&first.choice, &interp.path, &mut reporter)
         .map_err(from_runner)?;
-    let mut opts = options(&acquired, &a.eval)?;
+    let mut opts = options(first, &a.eval)?;
     opts.prestart = match a.prestart {
         PrestartArg::Auto => kg_exec::Prestart::Auto,
         PrestartArg::On => kg_exec::Prestart::On,
         PrestartArg::Off => kg_exec::Prestart::Off,
+    };
+    let lanes: Vec<Lane> = match a.jobs {
+        Some(jobs) if !opts.device.is_cpu() => {
+            return Err(usage(anyhow!(
+                "--jobs {jobs} spreads a run over CPU cores, but the device is {}; on GPUs use --gpus",
+                opts.device
+            )));
+        }
+        Some(jobs) => vec![Lane::of(&opts); usize::from(jobs)],
+        None => acquired
+            .iter()
+            .map(|acq| Lane {
+                device: acq.choice.clone(),
+                worker_env: acq.worker_env.clone(),
+                gpu_claim: acq.evidence.clone(),
+            })
+            .collect(),
     };
     let config = RunConfig {
         resume,
@@ -979,7 +1119,9 @@ fn run(a: RunArgs, cancel: &CancelToken) -> Result<i32, Failure> {
         run_id,
         signer,
     };
-    let mut runner = CorpusRunner::new(plan, interp, opts, cancel.clone(), config);
+    let mut runner = CorpusRunner::new(plan, interp, opts, cancel.clone(), config)
+        .with_lanes(lanes)
+        .map_err(from_runner)?;
     let outcome = runner.run(&mut reporter).map_err(from_runner)?;
     if let Some(path) = &a.eval.junit {
         write_junit(path, &output::junit_suites(&outcome.pairs))?;

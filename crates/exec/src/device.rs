@@ -113,6 +113,14 @@ pub enum DeviceError {
         /// What went wrong.
         reason: String,
     },
+    /// `--gpus` cannot be honoured here.
+    #[error("--gpus {asked}: {why}")]
+    Lanes {
+        /// The GPU set asked for.
+        asked: String,
+        /// Why, and what to do.
+        why: String,
+    },
     /// A GPU was asked for but the interpreter's torch cannot use one.
     #[error("device `{asked}` requested, but {why}; use `--device cpu` or `--device auto`")]
     Unavailable {
@@ -332,6 +340,199 @@ pub fn acquire_with(
     }
 }
 
+/// Which GPUs a run spreads over (`kg-bench run --gpus`), one lane each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GpuSet {
+    /// Every GPU of the host that can be claimed (at least one).
+    All,
+    /// This many idle GPUs, picked by kg-gpu.
+    Count(u32),
+    /// These GPUs, each a UUID, UUID prefix or PCI bus id (as `kg-gpu claim --device`).
+    List(Vec<String>),
+}
+
+impl FromStr for GpuSet {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim();
+        if t == "all" {
+            return Ok(GpuSet::All);
+        }
+        if let Ok(n) = t.parse::<u32>() {
+            return if n == 0 {
+                Err("`--gpus 0`: give at least one GPU (for the CPU, use `--device cpu`)".into())
+            } else {
+                Ok(GpuSet::Count(n))
+            };
+        }
+        let list: Vec<String> = t
+            .split(',')
+            .map(|x| x.trim().to_string())
+            .filter(|x| !x.is_empty())
+            .collect();
+        if list.is_empty() {
+            return Err(format!(
+                "`{s}` is not a GPU set; expected all, a count (2), or UUIDs/PCI bus ids separated by commas"
+            ));
+        }
+        for (k, a) in list.iter().enumerate() {
+            if list[..k].contains(a) {
+                return Err(format!("`--gpus {s}` names `{a}` twice"));
+            }
+        }
+        Ok(GpuSet::List(list))
+    }
+}
+
+/// Claims the GPUs of `set` through kg-gpu, one [`Acquired`] per lane (each holds its own
+/// claim: its own L1 lock, clocks and L2 execution lock; the workers of a lane see only its
+/// GPU, as index 0). Inside an enclosing `kg-gpu claim` only that one GPU can be used.
+pub fn acquire_lanes(
+    set: &GpuSet,
+    probe: &ProbeInfo,
+    opts: &AcquireOptions,
+) -> Result<(Vec<Acquired>, Option<String>), DeviceError> {
+    let enclosing = match std::env::var_os(kg_gpu::env::KG_GPU_CLAIM) {
+        Some(p) => Some(read_enclosing(std::path::Path::new(&p))?),
+        None => None,
+    };
+    acquire_lanes_with(set, probe, opts, enclosing, Claim::acquire)
+}
+
+/// As [`acquire_lanes`], with the enclosing claim and the claimer given (for tests and
+/// embedders). The second value is a notice when `all` claimed fewer GPUs than torch sees.
+pub fn acquire_lanes_with(
+    set: &GpuSet,
+    probe: &ProbeInfo,
+    opts: &AcquireOptions,
+    enclosing: Option<GpuClaim>,
+    mut claimer: impl FnMut(ClaimRequest) -> Result<Claim, ClaimError>,
+) -> Result<(Vec<Acquired>, Option<String>), DeviceError> {
+    let asked = match set {
+        GpuSet::All => "all".to_string(),
+        GpuSet::Count(n) => n.to_string(),
+        GpuSet::List(l) => l.join(","),
+    };
+    if let Some(ev) = enclosing {
+        if matches!(set, GpuSet::All | GpuSet::Count(1)) {
+            let a = acquire_with(DeviceRequest::Auto, probe, opts, Some(ev), |_| {
+                Err(ClaimError::NoGpu("inside an enclosing claim".into()))
+            })?;
+            return Ok((vec![a], None));
+        }
+        return Err(DeviceError::Lanes {
+            asked,
+            why: format!(
+                "inside `kg-gpu claim` (KG_GPU_CLAIM) only its GPU {} is ours; run kg-bench outside it to claim several",
+                ev.uuid
+            ),
+        });
+    }
+    if !(probe.accelerator_available && probe.device_count > 0) {
+        return Err(DeviceError::Unavailable {
+            asked: format!("--gpus {asked}"),
+            why: format!("torch {} sees no GPU", probe.torch),
+        });
+    }
+    let base = ClaimRequest {
+        pick: auto_pick_options(),
+        lock_clocks: opts.lock_clocks.then_some(ClockRequest::Max),
+        require_clock_lock: opts.lock_clocks,
+        ..ClaimRequest::from_env(opts.command.clone())?
+    };
+    if let Some(named) = &base.device
+        && !matches!(set, GpuSet::Count(1))
+    {
+        return Err(DeviceError::Lanes {
+            asked,
+            why: format!(
+                "GPU_LOCK_UUID (or KG_GPU_LOCK_UUID) names one GPU, {named}; unset it to claim several"
+            ),
+        });
+    }
+    let (choice, _) = choose(
+        if probe.hip_version.is_some() {
+            DeviceRequest::Rocm(0)
+        } else {
+            DeviceRequest::Cuda(0)
+        },
+        probe,
+    )?;
+    let lane = |claim: Claim| Acquired {
+        choice: choice.clone(),
+        worker_env: claim.child_env(),
+        evidence: Some(claim.evidence().clone()),
+        claim: Some(claim),
+        notice: None,
+    };
+    let mut lanes = Vec::new();
+    match set {
+        GpuSet::List(specs) => {
+            for spec in specs {
+                let req = ClaimRequest {
+                    device: Some(spec.clone()),
+                    ..base.clone()
+                };
+                match claimer(req) {
+                    Ok(c) => lanes.push(lane(c)),
+                    Err(e) => {
+                        return Err(DeviceError::Lanes {
+                            asked,
+                            why: format!("`{spec}` could not be claimed: {e}"),
+                        });
+                    }
+                }
+            }
+            Ok((lanes, None))
+        }
+        GpuSet::Count(n) => {
+            for _ in 0..*n {
+                match claimer(base.clone()) {
+                    Ok(c) => lanes.push(lane(c)),
+                    Err(e) => {
+                        return Err(DeviceError::Lanes {
+                            asked,
+                            why: format!(
+                                "only {} of {n} GPU(s) could be claimed: {e}",
+                                lanes.len()
+                            ),
+                        });
+                    }
+                }
+            }
+            Ok((lanes, None))
+        }
+        GpuSet::All => {
+            let mut last = None;
+            // Each claim takes another idle GPU (the ones held are skipped); at most as many
+            // as torch sees.
+            for _ in 0..probe.device_count {
+                match claimer(base.clone()) {
+                    Ok(c) => lanes.push(lane(c)),
+                    Err(e) => {
+                        last = Some(e);
+                        break;
+                    }
+                }
+            }
+            match (lanes.is_empty(), last) {
+                (true, Some(e)) => Err(DeviceError::Claim(e)),
+                (false, Some(e)) => {
+                    let n = lanes.len();
+                    Ok((
+                        lanes,
+                        Some(format!(
+                            "--gpus all: claimed {n} of the {} GPU(s) torch sees; the others could not be claimed: {e}",
+                            probe.device_count
+                        )),
+                    ))
+                }
+                (_, None) => Ok((lanes, None)),
+            }
+        }
+    }
+}
+
 fn gpu_request(c: DeviceChoice) -> DeviceRequest {
     match c {
         DeviceChoice::Rocm(n) => DeviceRequest::Rocm(n),
@@ -536,5 +737,168 @@ mod tests {
             |_| Err(ClaimError::NoGpu("x".into())),
         );
         assert!(matches!(e, Err(DeviceError::ClocksNeedClaim { .. })));
+    }
+
+    /// A claimer over two fake GPUs sharing the lock directory `lock_dir`.
+    fn two_gpu_claimer(
+        lock_dir: std::path::PathBuf,
+    ) -> impl FnMut(ClaimRequest) -> Result<Claim, ClaimError> {
+        move |mut req: ClaimRequest| {
+            let dev = |k: u32| {
+                serde_json::json!({
+                    "uuid": format!("GPU-fake-{k}"), "pci_bus_id": format!("0000:0{}:00.0", k + 1),
+                    "runtime_index": k,
+                    "samples": [{"activity_pct": 0.0, "memory_used_bytes": 0,
+                                 "memory_free_bytes": 100u64 << 30}],
+                })
+            };
+            let scenario = serde_json::json!({"devices": [dev(0), dev(1)]});
+            let backend =
+                kg_gpu::fake::FakeBackend::new(serde_json::from_value(scenario).unwrap()).unwrap();
+            req.lock_dir = lock_dir.clone();
+            req.pick.interval = Duration::ZERO;
+            Claim::acquire_with(
+                kg_gpu::Discovery::from_backends(vec![Box::new(backend)]),
+                req,
+            )
+        }
+    }
+
+    fn uuids(lanes: &[Acquired]) -> Vec<String> {
+        lanes
+            .iter()
+            .map(|a| a.evidence.as_ref().unwrap().uuid.clone())
+            .collect()
+    }
+
+    fn err_of<T>(r: Result<T, DeviceError>) -> String {
+        match r {
+            Ok(_) => panic!("expected an error"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn gpu_sets_parse() {
+        assert_eq!("all".parse::<GpuSet>(), Ok(GpuSet::All));
+        assert_eq!("2".parse::<GpuSet>(), Ok(GpuSet::Count(2)));
+        assert_eq!(
+            "GPU-a, 0000:01:00.0".parse::<GpuSet>(),
+            Ok(GpuSet::List(vec!["GPU-a".into(), "0000:01:00.0".into()]))
+        );
+        assert!("0".parse::<GpuSet>().unwrap_err().contains("--device cpu"));
+        assert!(
+            "GPU-a,GPU-a"
+                .parse::<GpuSet>()
+                .unwrap_err()
+                .contains("twice")
+        );
+        assert!(",".parse::<GpuSet>().is_err());
+    }
+
+    #[test]
+    fn lanes_claim_different_gpus_and_a_third_claim_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = AcquireOptions::default();
+        let (lanes, notice) = acquire_lanes_with(
+            &GpuSet::Count(2),
+            &probe(true, 2),
+            &opts,
+            None,
+            two_gpu_claimer(dir.path().to_path_buf()),
+        )
+        .unwrap();
+        assert!(notice.is_none());
+        let mut got = uuids(&lanes);
+        got.sort();
+        assert_eq!(got, vec!["GPU-fake-0", "GPU-fake-1"]);
+        // Each lane's workers see only its own GPU, as index 0.
+        for a in &lanes {
+            assert_eq!(a.choice, DeviceChoice::Cuda(0));
+            let uuid = &a.evidence.as_ref().unwrap().uuid;
+            assert!(
+                a.worker_env
+                    .iter()
+                    .any(|(k, v)| k == "CUDA_VISIBLE_DEVICES" && v == uuid),
+                "{:?}",
+                a.worker_env
+            );
+        }
+        // Both held: another run asking for one is refused, naming a holder.
+        let e = err_of(acquire_lanes_with(
+            &GpuSet::Count(1),
+            &probe(true, 2),
+            &opts,
+            None,
+            two_gpu_claimer(dir.path().to_path_buf()),
+        ));
+        assert!(e.contains("only 0 of 1"), "{e}");
+        assert!(e.contains("GPU-fake-"), "{e}");
+        // `all` while one is held claims the other and says so.
+        let mut lanes = lanes;
+        let _kept = lanes.pop();
+        drop(lanes);
+        let (all, notice) = acquire_lanes_with(
+            &GpuSet::All,
+            &probe(true, 2),
+            &opts,
+            None,
+            two_gpu_claimer(dir.path().to_path_buf()),
+        )
+        .unwrap();
+        assert_eq!(all.len(), 1);
+        assert!(notice.unwrap().contains("claimed 1 of the 2"));
+    }
+
+    #[test]
+    fn lanes_by_name_and_their_refusals() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = AcquireOptions::default();
+        let (lanes, _) = acquire_lanes_with(
+            &GpuSet::List(vec!["GPU-fake-1".into()]),
+            &probe(true, 2),
+            &opts,
+            None,
+            two_gpu_claimer(dir.path().to_path_buf()),
+        )
+        .unwrap();
+        assert_eq!(uuids(&lanes), vec!["GPU-fake-1"]);
+        let e = err_of(acquire_lanes_with(
+            &GpuSet::List(vec!["GPU-fake-1".into()]),
+            &probe(true, 2),
+            &opts,
+            None,
+            two_gpu_claimer(dir.path().to_path_buf()),
+        ));
+        assert!(e.contains("`GPU-fake-1` could not be claimed"), "{e}");
+        // No GPU: an error naming the CPU alternative, never a silent CPU run.
+        let e = err_of(acquire_lanes_with(
+            &GpuSet::All,
+            &probe(false, 0),
+            &opts,
+            None,
+            two_gpu_claimer(dir.path().to_path_buf()),
+        ));
+        assert!(e.contains("--device cpu"), "{e}");
+        // Inside an enclosing claim: its one GPU, borrowed; more is refused.
+        let ev = lanes[0].evidence.clone().unwrap();
+        let (one, _) = acquire_lanes_with(
+            &GpuSet::All,
+            &probe(true, 1),
+            &opts,
+            Some(ev.clone()),
+            |_| Err(ClaimError::NoGpu("must not be called".into())),
+        )
+        .unwrap();
+        assert_eq!(uuids(&one), vec!["GPU-fake-1"]);
+        assert!(one[0].claim.is_none());
+        let e = err_of(acquire_lanes_with(
+            &GpuSet::Count(2),
+            &probe(true, 2),
+            &opts,
+            Some(ev),
+            |_| Err(ClaimError::NoGpu("must not be called".into())),
+        ));
+        assert!(e.contains("kg-gpu claim"), "{e}");
     }
 }

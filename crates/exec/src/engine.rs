@@ -635,7 +635,7 @@ fn prestart_depth() -> usize {
 
 /// The layers without which a candidate could reach another candidate process running beside
 /// it (see it, signal or trace it, change the scripts it imports).
-const PRESTART_NEEDS: [kg_contract::Layer; 2] = [
+pub(crate) const PRESTART_NEEDS: [kg_contract::Layer; 2] = [
     kg_contract::Layer::PidNamespace,
     kg_contract::Layer::ReadOnlyFilesystem,
 ];
@@ -1545,6 +1545,38 @@ impl Session {
         Ok(Ok(StartedCandidate { worker: w, start }))
     }
 
+    /// What the sandbox holds on a candidate process here: starts one for `sol` that runs only
+    /// kernelgate's worker script (the interpreter and `import torch`, none of the solution's
+    /// code), reads its layers from outside, and ends it. Several lanes run candidates side by
+    /// side only where this shows each is confined to its own PID namespace and read-only view.
+    pub fn probe_isolation(
+        &mut self,
+        sol: &Solution,
+    ) -> Result<kg_contract::IsolationReport, ExecError> {
+        let p = match self.launch_candidate(sol, 1, CandidateLaunch::WhenAsked)? {
+            Ok(p) => p,
+            Err(e) => {
+                return Err(ExecError::Io {
+                    what: "start a candidate process to check its sandbox".into(),
+                    source: std::io::Error::other(e.to_string()),
+                });
+            }
+        };
+        let mut worker = match p.launching.ready(self.opts.compile_timeout, &self.cancel) {
+            Ok(w) => w,
+            Err(WorkerError::Cancelled) => return Err(ExecError::Cancelled),
+            Err(e) => {
+                return Err(ExecError::Io {
+                    what: "start a candidate process to check its sandbox".into(),
+                    source: std::io::Error::other(e.to_string()),
+                });
+            }
+        };
+        let report = worker.isolation.clone().unwrap_or_default();
+        worker.kill();
+        Ok(report)
+    }
+
     /// Whether `sol`'s language can be built and run on this session's device and host
     /// ([`crate::toolchain::missing_for`]); [`ExecError::ToolchainMissing`] names what is not.
     pub fn check_toolchain(&self, sol: &Solution) -> Result<(), ExecError> {
@@ -1819,15 +1851,22 @@ impl Session {
     }
 
     /// Whether the fault `kind` is to be injected now: test builds read `KG_TEST_FAULT`
-    /// (`KIND` every time, `KIND-once` the first time), so tests can show how a fault of the
-    /// harness's own plumbing is reported; release builds never inject.
+    /// (`KIND` every time, `KIND-once` the first time, either with `@UUID` only in the session
+    /// whose claimed GPU that is), so tests can show how a fault of the harness's own plumbing
+    /// is reported; release builds never inject.
     fn inject(&mut self, kind: &str) -> bool {
         if !cfg!(debug_assertions) {
             return false;
         }
-        let Ok(v) = std::env::var("KG_TEST_FAULT") else {
+        let Ok(mut v) = std::env::var("KG_TEST_FAULT") else {
             return false;
         };
+        if let Some((fault, uuid)) = v.split_once('@') {
+            if self.opts.gpu_claim.as_ref().is_none_or(|c| c.uuid != uuid) {
+                return false;
+            }
+            v = fault.to_string();
+        }
         let hit = v == kind || (v == format!("{kind}-once") && self.faults_injected == 0);
         if hit {
             self.faults_injected += 1;

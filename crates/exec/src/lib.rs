@@ -44,7 +44,8 @@
 //!   `run`/`dataset validate` bookkeeping (problem discovery, solution sources, summaries);
 //!   [`runner::CorpusRunner`] runs a whole corpus and emits [`runner::RunEvent`]s to a
 //!   [`runner::Reporter`] the caller attaches (it writes the trace files and `summary.json`,
-//!   the run's evidence, and prints nothing).
+//!   the run's evidence, and prints nothing). It spreads a run over several [`lanes::Lane`]s
+//!   (every claimed GPU of a host, or CPU cores), one session each, on its own thread.
 //!
 //! Ownership: the [`engine::Session`] owns the judge; `evaluate` owns its candidate and shuts
 //! it down before returning (also on error); dropping a [`process::Worker`] kills its group.
@@ -58,6 +59,7 @@ pub mod device;
 pub mod engine;
 pub mod integrity;
 pub mod l2;
+pub mod lanes;
 pub mod process;
 pub mod protocol;
 pub mod python;

@@ -17,6 +17,8 @@
 //! covers them, and a failed write must stop the run before the next pair).
 
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::mpsc::Sender;
 
 use indexmap::IndexMap;
 use kg_contract::chain::{self, ChainError, TraceSigner};
@@ -26,8 +28,11 @@ use crate::corpus::{
     self, CorpusError, CpuEstimate, DuplicateName, FoundSolutions, PriorState, ProblemInfo, Resume,
     RunSummary, SolCoverage, SolutionLayout, SolutionSource, TraceFile,
 };
-use crate::engine::{EvalOptions, Event, ExecError, Session, check_languages, toolchain_check};
+use crate::engine::{
+    EvalOptions, Event, ExecError, PRESTART_NEEDS, Session, check_languages, toolchain_check,
+};
 use crate::integrity::DirSnapshot;
+use crate::lanes::{Lane, Schedule};
 use crate::{CancelToken, DeviceChoice, Interpreter};
 
 /// What a corpus run covers.
@@ -94,6 +99,46 @@ pub enum RunnerError {
     /// environment.
     #[error(transparent)]
     Exec(#[from] ExecError),
+    /// A runner was given no lane.
+    #[error("a corpus run needs at least one lane")]
+    NoLanes,
+    /// Several lanes were asked for without the candidate sandbox.
+    #[error(
+        "{lanes} lanes run candidates side by side, which needs the candidate sandbox (its own PID namespace and read-only view); drop --no-sandbox, or use one lane"
+    )]
+    LanesNeedSandbox {
+        /// Lanes asked for.
+        lanes: usize,
+    },
+    /// Lanes of a several-lane run stopped; the other lanes' traces are written, and no
+    /// summary is.
+    #[error(
+        "{} of {lanes} lanes stopped: {}; the pairs they did not finish have no complete traces and no summary was written (run again: finished pairs are kept)",
+        failures.len(),
+        failures.iter().map(LaneFailure::to_string).collect::<Vec<_>>().join("; ")
+    )]
+    LanesFailed {
+        /// Lanes in the run.
+        lanes: usize,
+        /// Each stopped lane.
+        failures: Vec<LaneFailure>,
+    },
+}
+
+/// A lane that stopped, and the pair it was evaluating.
+#[derive(Debug, thiserror::Error)]
+#[error("lane {lane} ({label}) at {key} / {solution}: {error}")]
+pub struct LaneFailure {
+    /// The lane index.
+    pub lane: usize,
+    /// Its label.
+    pub label: String,
+    /// The problem key.
+    pub key: String,
+    /// The solution name.
+    pub solution: String,
+    /// Why it stopped.
+    pub error: Box<RunnerError>,
 }
 
 /// Why a pair was not evaluated again.
@@ -168,8 +213,18 @@ pub enum RunEvent {
         /// Their CPU estimate in seconds (0 off the CPU).
         estimated_s: f64,
     },
+    /// Evaluation is spread over these lanes (sent once, before the first pair starts).
+    LanesStarted {
+        /// Each lane's label ([`Lane::label`]), by lane index.
+        labels: Vec<String>,
+        /// Why fewer lanes than asked for are used (candidates would run side by side
+        /// without the layers that keep them apart).
+        reduced: Option<String>,
+    },
     /// A pair is about to be evaluated.
     PairStarted {
+        /// The lane evaluating it.
+        lane: usize,
         /// The problem key.
         key: String,
         /// The solution name.
@@ -177,8 +232,10 @@ pub enum RunEvent {
         /// CPU estimates per workload uuid (empty off the CPU).
         estimates: IndexMap<String, f64>,
     },
-    /// A workload of the current pair is about to be evaluated.
+    /// A workload of a lane's current pair is about to be evaluated.
     WorkloadStarted {
+        /// The lane.
+        lane: usize,
         /// The workload uuid.
         uuid: String,
         /// 0-based position in the pair.
@@ -186,8 +243,10 @@ pub enum RunEvent {
         /// Workloads of the pair.
         total: usize,
     },
-    /// A workload of the current pair finished: its trace (not yet chained).
+    /// A workload of a lane's current pair finished: its trace (not yet chained).
     WorkloadFinished {
+        /// The lane.
+        lane: usize,
         /// The trace.
         trace: Box<Trace>,
     },
@@ -203,12 +262,29 @@ pub enum RunEvent {
     },
     /// A pair's traces are written.
     PairFinished {
+        /// The lane that evaluated it.
+        lane: usize,
         /// The problem key.
         key: String,
         /// The solution name.
         solution: String,
         /// The trace file.
         file: PathBuf,
+    },
+    /// A lane stopped (the judge lost, a harness fault, a failed write): its pair's finished
+    /// traces are written, the rest of that pair is not evaluated, and the other lanes go on
+    /// with the pairs still waiting.
+    LaneFailed {
+        /// The lane.
+        lane: usize,
+        /// Its label.
+        label: String,
+        /// The problem key of the pair it was evaluating.
+        key: String,
+        /// The solution name.
+        solution: String,
+        /// Why.
+        error: String,
     },
     /// `summary.json` is written.
     RunFinished {
@@ -502,7 +578,8 @@ pub struct RunOutcome {
     pub summary_path: PathBuf,
 }
 
-/// Evaluates a [`CorpusPlan`] with one interpreter and one set of evaluation options.
+/// Evaluates a [`CorpusPlan`] with one interpreter and one set of evaluation options, on
+/// one [`Lane`] or several.
 #[derive(Debug)]
 pub struct CorpusRunner {
     plan: CorpusPlan,
@@ -510,11 +587,42 @@ pub struct CorpusRunner {
     opts: EvalOptions,
     cancel: CancelToken,
     config: RunConfig,
+    lanes: Vec<Lane>,
+}
+
+/// What one lane's thread needs to see of the run (all shared, read-only or locked).
+struct LaneCtx<'a> {
+    problems: &'a [PlannedProblem],
+    config: &'a RunConfig,
+    rounds: u32,
+    cpu: bool,
+    to_run: &'a [(usize, usize)],
+    schedule: &'a Schedule,
+    /// Problems that changed during the run: none of their pairs is evaluated after that.
+    stopped: &'a Mutex<Vec<usize>>,
+    lanes: usize,
+}
+
+/// Each lane with its session.
+type LaneSessions = Vec<(Lane, Session)>;
+
+/// What a lane's thread returns.
+struct LaneResult {
+    written: Vec<((usize, usize), Vec<Trace>)>,
+    failure: Option<LaneFailure>,
+}
+
+/// How one pair ended on a lane.
+enum PairEnd {
+    /// Its traces, as written.
+    Written(Vec<Trace>),
+    /// Its problem changed: not written, in `errors`.
+    ProblemChanged,
 }
 
 impl CorpusRunner {
-    /// A runner of `plan` on `opts.device` with `python`; `cancel` stops it between and
-    /// inside workloads.
+    /// A runner of `plan` on `opts.device` with `python` (one lane); `cancel` stops it
+    /// between and inside workloads.
     pub fn new(
         plan: CorpusPlan,
         python: Interpreter,
@@ -522,13 +630,34 @@ impl CorpusRunner {
         cancel: CancelToken,
         config: RunConfig,
     ) -> CorpusRunner {
+        let lanes = vec![Lane::of(&opts)];
         CorpusRunner {
             plan,
             python,
             opts,
             cancel,
             config,
+            lanes,
         }
+    }
+
+    /// Spreads the run over `lanes` (each lane's device, worker environment and claim replace
+    /// those of the options). Several lanes need the candidate sandbox: they run candidates
+    /// side by side.
+    pub fn with_lanes(mut self, lanes: Vec<Lane>) -> Result<CorpusRunner, RunnerError> {
+        if lanes.is_empty() {
+            return Err(RunnerError::NoLanes);
+        }
+        if lanes.len() > 1 && !self.opts.sandbox {
+            return Err(RunnerError::LanesNeedSandbox { lanes: lanes.len() });
+        }
+        self.lanes = lanes;
+        Ok(self)
+    }
+
+    /// The lanes asked for.
+    pub fn lanes(&self) -> &[Lane] {
+        &self.lanes
     }
 
     /// The plan.
@@ -607,118 +736,149 @@ impl CorpusRunner {
                 interpreted,
             }));
         }
-        let mut session =
-            Session::new(self.python.clone(), self.opts.clone(), self.cancel.clone())?;
-        reporter.report(&RunEvent::RunStarted {
-            workloads: total,
-            estimated_s,
-        });
-        let evaluated = self.evaluate(&mut session, &to_run, reporter);
-        session.shutdown();
-        let evaluated = evaluated?;
+        let evaluated = self.evaluate(&to_run, total, estimated_s, reporter)?;
         self.finish(&to_run, evaluated, reporter)
     }
 
-    /// Evaluates the pairs of `to_run`, writing each one's traces; their traces as written,
-    /// by (problem, pair) index.
-    fn evaluate(
-        &mut self,
-        session: &mut Session,
+    /// The sessions of the lanes that will run: every lane asked for, or only the first where
+    /// candidates could not run side by side safely (said in [`RunEvent::LanesStarted`]).
+    fn sessions(
+        &self,
         to_run: &[(usize, usize)],
-        reporter: &mut dyn Reporter,
-    ) -> Result<IndexMap<(usize, usize), Vec<Trace>>, RunnerError> {
-        let cpu = self.opts.device.is_cpu();
-        let rounds = self.opts.rounds;
-        let mut written: IndexMap<(usize, usize), Vec<Trace>> = IndexMap::new();
-        let mut stopped: Vec<usize> = Vec::new();
-        for (k, &(i, j)) in to_run.iter().enumerate() {
-            if stopped.contains(&i) {
-                continue;
-            }
-            // The next pairs' candidate processes can start while this one is evaluated.
-            let upcoming: Vec<(&kg_contract::Solution, usize)> = to_run[k + 1..]
-                .iter()
-                .filter(|(ni, _)| !stopped.contains(ni))
-                .take(8)
-                .map(|&(ni, nj)| {
-                    let np = &self.plan.problems[ni];
-                    let n = corpus::select_workloads(&np.problem, None, self.config.max_workloads);
-                    (&np.pairs[nj].found.solution, n.len())
-                })
-                .collect();
-            session.prestart_next(&upcoming);
-            let p = &self.plan.problems[i];
-            let s = &p.pairs[j];
-            let sol = &s.found.solution;
-            let workloads = corpus::select_workloads(&p.problem, None, self.config.max_workloads);
-            if s.path.exists()
-                && let Err(error) = std::fs::remove_file(&s.path)
-            {
-                return Err(RunnerError::RemoveStale {
-                    path: s.path.clone(),
-                    error,
-                });
-            }
-            reporter.report(&RunEvent::PairStarted {
-                key: p.key.clone(),
-                solution: sol.name.clone(),
-                estimates: if cpu {
-                    corpus::cpu_estimates(&workloads, sol, rounds)
-                } else {
-                    IndexMap::new()
-                },
-            });
-            // Nothing is written while the candidate lives: `evaluate_sealed` returns once
-            // it is gone.
-            let res =
-                session.evaluate_sealed(&p.problem, Some(&p.tree), sol, &workloads, &mut |e| {
-                    reporter.report(&match e {
-                        Event::WorkloadStarted {
-                            uuid, index, total, ..
-                        } => RunEvent::WorkloadStarted { uuid, index, total },
-                        Event::WorkloadFinished(trace) => RunEvent::WorkloadFinished { trace },
-                        Event::Notice(n) => RunEvent::Notice(n),
-                    });
-                });
-            let evaluated = match res {
-                Ok(e) => e,
-                Err(error @ ExecError::ProblemChanged { .. }) => {
-                    // An earlier candidate (or someone) changed this problem: no later
-                    // evaluation of it can be trusted; the other problems still run.
-                    let key = p.key.clone();
-                    self.plan.errors.insert(key.clone(), error.to_string());
-                    reporter.report(&RunEvent::ProblemChanged { key, error });
-                    stopped.push(i);
-                    continue;
-                }
-                Err(e) => return Err(e.into()),
-            };
-            let manifest = chain::Manifest::new(
-                &self.config.run_id,
-                &p.problem.definition.name,
-                &evaluated.problem_tree_sha256,
-                sol,
-            )
-            .map_err(ChainError::from)?;
-            let w = chain::write_traces(
-                &s.path,
-                &evaluated.traces,
-                &manifest,
-                self.config.signer.as_ref(),
-                chain::WriteMode::Replace,
+    ) -> Result<(LaneSessions, Option<String>), RunnerError> {
+        let mut sessions = Vec::new();
+        for lane in &self.lanes {
+            let s = Session::new(
+                self.python.clone(),
+                lane.options(&self.opts),
+                self.cancel.clone(),
             )?;
-            written.insert((i, j), w.traces);
-            reporter.report(&RunEvent::PairFinished {
-                key: p.key.clone(),
-                solution: sol.name.clone(),
-                file: s.path.clone(),
-            });
-            // Stopped part way (Ctrl-C, the judge lost): the finished traces are written.
-            if let Some(e) = evaluated.error {
-                return Err(e.into());
+            sessions.push((lane.clone(), s));
+        }
+        let Some(&(i, j)) = to_run.first().filter(|_| sessions.len() > 1) else {
+            return Ok((sessions, None));
+        };
+        let sol = &self.plan.problems[i].pairs[j].found.solution;
+        let why = match sessions[0].1.probe_isolation(sol) {
+            Ok(report) => {
+                let missing: Vec<&str> = report
+                    .missing()
+                    .into_iter()
+                    .filter(|l| PRESTART_NEEDS.contains(l))
+                    .map(|l| l.as_str())
+                    .collect();
+                (!missing.is_empty()).then(|| {
+                    format!(
+                        "a candidate here runs without {}, so candidates of several lanes could reach each other; one lane is used",
+                        missing.join(", ")
+                    )
+                })
+            }
+            Err(ExecError::Cancelled) => return Err(ExecError::Cancelled.into()),
+            Err(e) => Some(format!(
+                "the candidate sandbox could not be checked ({e}); one lane is used"
+            )),
+        };
+        if why.is_some() {
+            for (_, s) in sessions.drain(1..) {
+                s.shutdown();
             }
         }
-        Ok(written)
+        Ok((sessions, why))
+    }
+
+    /// Evaluates the pairs of `to_run` over the lanes, writing each one's traces; their
+    /// traces as written, by (problem, pair) index.
+    fn evaluate(
+        &mut self,
+        to_run: &[(usize, usize)],
+        workloads: usize,
+        estimated_s: f64,
+        reporter: &mut dyn Reporter,
+    ) -> Result<IndexMap<(usize, usize), Vec<Trace>>, RunnerError> {
+        let (sessions, reduced) = self.sessions(to_run)?;
+        let lanes = sessions.len();
+        reporter.report(&RunEvent::LanesStarted {
+            labels: sessions.iter().map(|(l, _)| l.label()).collect(),
+            reduced,
+        });
+        reporter.report(&RunEvent::RunStarted {
+            workloads,
+            estimated_s,
+        });
+        let max = self.config.max_workloads;
+        let rounds = self.opts.rounds;
+        let costs: Vec<f64> = to_run
+            .iter()
+            .map(|&(i, j)| {
+                let p = &self.plan.problems[i];
+                let sol = &p.pairs[j].found.solution;
+                let w = corpus::select_workloads(&p.problem, None, max);
+                corpus::CPU_PAIR_FIXED_S
+                    + corpus::cpu_estimates(&w, sol, rounds).values().sum::<f64>()
+            })
+            .collect();
+        let schedule = Schedule::new(costs, lanes);
+        let stopped = Mutex::new(Vec::new());
+        let ctx = LaneCtx {
+            problems: &self.plan.problems,
+            config: &self.config,
+            rounds,
+            cpu: self.opts.device.is_cpu(),
+            to_run,
+            schedule: &schedule,
+            stopped: &stopped,
+            lanes,
+        };
+        let mut changed: Vec<(String, String)> = Vec::new();
+        let (tx, rx) = std::sync::mpsc::channel::<RunEvent>();
+        let results: Vec<LaneResult> = std::thread::scope(|scope| {
+            let handles: Vec<_> = sessions
+                .into_iter()
+                .enumerate()
+                .map(|(n, (lane, session))| {
+                    let tx = tx.clone();
+                    let ctx = &ctx;
+                    scope.spawn(move || ctx.run(n, &lane, session, &tx))
+                })
+                .collect();
+            drop(tx);
+            // The reporter is the caller's and stays on this thread: lanes send it events.
+            for event in rx {
+                if let RunEvent::ProblemChanged { key, error } = &event {
+                    changed.push((key.clone(), error.to_string()));
+                }
+                reporter.report(&event);
+            }
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        });
+        for (key, error) in changed {
+            self.plan.errors.insert(key, error);
+        }
+        let mut written = IndexMap::new();
+        let mut failures = Vec::new();
+        for r in results {
+            written.extend(r.written);
+            failures.extend(r.failure);
+        }
+        if failures.is_empty() {
+            return Ok(written);
+        }
+        if failures
+            .iter()
+            .any(|f| matches!(*f.error, RunnerError::Exec(ExecError::Cancelled)))
+        {
+            return Err(ExecError::Cancelled.into());
+        }
+        if lanes == 1 {
+            let f = failures.remove(0);
+            return Err(*f.error);
+        }
+        failures.sort_by_key(|f| f.lane);
+        Err(RunnerError::LanesFailed { lanes, failures })
     }
 
     /// Every selected pair's outcome, and the summary, sealed and written.
@@ -801,5 +961,172 @@ impl CorpusRunner {
             summary,
             summary_path,
         })
+    }
+}
+
+impl LaneCtx<'_> {
+    /// Lane `n`'s thread: takes pairs from the schedule until none is left or the lane stops.
+    fn run(
+        &self,
+        n: usize,
+        lane: &Lane,
+        mut session: Session,
+        tx: &Sender<RunEvent>,
+    ) -> LaneResult {
+        let mut written = Vec::new();
+        let mut failure = None;
+        while let Some(k) = self.schedule.next(n) {
+            let (i, j) = self.to_run[k];
+            if self.is_stopped(i) {
+                continue;
+            }
+            // The pairs this lane takes next can start their candidate processes meanwhile.
+            let upcoming: Vec<(&kg_contract::Solution, usize)> = self
+                .schedule
+                .upcoming(n, 8)
+                .into_iter()
+                .map(|k| self.to_run[k])
+                .filter(|&(ni, _)| !self.is_stopped(ni))
+                .map(|(ni, nj)| {
+                    let np = &self.problems[ni];
+                    let w = corpus::select_workloads(&np.problem, None, self.config.max_workloads);
+                    (&np.pairs[nj].found.solution, w.len())
+                })
+                .collect();
+            session.prestart_next(&upcoming);
+            match self.pair(n, lane, &mut session, i, j, tx) {
+                Ok(PairEnd::Written(traces)) => written.push(((i, j), traces)),
+                Ok(PairEnd::ProblemChanged) => {}
+                Err(error) => {
+                    let p = &self.problems[i];
+                    let f = LaneFailure {
+                        lane: n,
+                        label: lane.label(),
+                        key: p.key.clone(),
+                        solution: p.pairs[j].found.solution.name.clone(),
+                        error: Box::new(error),
+                    };
+                    let _ = tx.send(RunEvent::LaneFailed {
+                        lane: n,
+                        label: f.label.clone(),
+                        key: f.key.clone(),
+                        solution: f.solution.clone(),
+                        error: f.error.to_string(),
+                    });
+                    failure = Some(f);
+                    break;
+                }
+            }
+        }
+        session.shutdown();
+        LaneResult { written, failure }
+    }
+
+    fn is_stopped(&self, problem: usize) -> bool {
+        self.stopped
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(&problem)
+    }
+
+    /// Evaluates pair `j` of problem `i` on lane `n` and writes its traces (also those
+    /// finished before it stopped part way, when it returns an error).
+    fn pair(
+        &self,
+        n: usize,
+        lane: &Lane,
+        session: &mut Session,
+        i: usize,
+        j: usize,
+        tx: &Sender<RunEvent>,
+    ) -> Result<PairEnd, RunnerError> {
+        let p = &self.problems[i];
+        let s = &p.pairs[j];
+        let sol = &s.found.solution;
+        let workloads = corpus::select_workloads(&p.problem, None, self.config.max_workloads);
+        if s.path.exists()
+            && let Err(error) = std::fs::remove_file(&s.path)
+        {
+            return Err(RunnerError::RemoveStale {
+                path: s.path.clone(),
+                error,
+            });
+        }
+        // A send fails only when the caller's thread is gone; the run itself goes on.
+        let send = |e: RunEvent| {
+            let _ = tx.send(e);
+        };
+        send(RunEvent::PairStarted {
+            lane: n,
+            key: p.key.clone(),
+            solution: sol.name.clone(),
+            estimates: if self.cpu {
+                corpus::cpu_estimates(&workloads, sol, self.rounds)
+            } else {
+                IndexMap::new()
+            },
+        });
+        // Nothing is written while the candidate lives: `evaluate_sealed` returns once it is
+        // gone.
+        let res = session.evaluate_sealed(&p.problem, Some(&p.tree), sol, &workloads, &mut |e| {
+            send(match e {
+                Event::WorkloadStarted {
+                    uuid, index, total, ..
+                } => RunEvent::WorkloadStarted {
+                    lane: n,
+                    uuid,
+                    index,
+                    total,
+                },
+                Event::WorkloadFinished(trace) => RunEvent::WorkloadFinished { lane: n, trace },
+                Event::Notice(text) if self.lanes > 1 => {
+                    RunEvent::Notice(format!("lane {n} ({}): {text}", lane.label()))
+                }
+                Event::Notice(text) => RunEvent::Notice(text),
+            });
+        });
+        let evaluated = match res {
+            Ok(e) => e,
+            Err(error @ ExecError::ProblemChanged { .. }) => {
+                // An earlier candidate (or someone) changed this problem: no later
+                // evaluation of it can be trusted; the other problems still run.
+                self.stopped
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(i);
+                self.schedule.remove(|k| self.to_run[k].0 == i);
+                send(RunEvent::ProblemChanged {
+                    key: p.key.clone(),
+                    error,
+                });
+                return Ok(PairEnd::ProblemChanged);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let manifest = chain::Manifest::new(
+            &self.config.run_id,
+            &p.problem.definition.name,
+            &evaluated.problem_tree_sha256,
+            sol,
+        )
+        .map_err(ChainError::from)?;
+        let w = chain::write_traces(
+            &s.path,
+            &evaluated.traces,
+            &manifest,
+            self.config.signer.as_ref(),
+            chain::WriteMode::Replace,
+        )?;
+        send(RunEvent::PairFinished {
+            lane: n,
+            key: p.key.clone(),
+            solution: sol.name.clone(),
+            file: s.path.clone(),
+        });
+        // Stopped part way (Ctrl-C, the judge lost): the finished traces are written.
+        if let Some(e) = evaluated.error {
+            return Err(e.into());
+        }
+        Ok(PairEnd::Written(w.traces))
     }
 }
