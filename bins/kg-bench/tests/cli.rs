@@ -1782,3 +1782,100 @@ fn the_next_pairs_candidate_starts_during_the_previous_pair_only_where_allowed()
     // On the CPU, `auto` leaves the cores to the timed workload.
     assert_eq!(starts(&[]), [EvaluationStart, EvaluationStart]);
 }
+
+/// `--jobs 2` on the CPU: two lanes evaluate pairs at once (both named in the progress
+/// lines), and the run ends with the statuses, totals and exit code of a one-lane run.
+#[test]
+fn cpu_lanes_give_the_statuses_of_one_lane() {
+    let py = python();
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |jobs: &str, out: &Path| {
+        kg(&py, tmp.path())
+            .args(["run"])
+            .arg(fixtures().join("corpus"))
+            .args(["--solutions", "bundled", "--max-workloads", "1"])
+            .args([
+                "--filter",
+                "solution:ok",
+                "--filter",
+                "solution:passed_pytorch_dps",
+            ])
+            .args([
+                "--filter",
+                "solution:wrong_values",
+                "--filter",
+                "solution:nan_output",
+            ])
+            .args(["--filter", "solution:segfault", "--timeout", "20"])
+            .args(["--jobs", jobs, "-o"])
+            .arg(out)
+            .args(FAST)
+            .output()
+            .unwrap()
+    };
+    let (one, two) = (tmp.path().join("one"), tmp.path().join("two"));
+    let o1 = run("1", &one);
+    let o2 = run("2", &two);
+    let err2 = stderr(&o2);
+    assert_eq!(o1.status.code(), Some(1), "stderr: {}", stderr(&o1));
+    assert_eq!(o2.status.code(), Some(1), "stderr: {err2}");
+    assert!(err2.contains("lanes: 0: cpu; 1: cpu"), "{err2}");
+    for lane in ["[lane 0 cpu]", "[lane 1 cpu]"] {
+        assert!(err2.contains(lane), "no pair ran on {lane}:\n{err2}");
+    }
+    assert!(!stderr(&o1).contains("[lane "), "{}", stderr(&o1));
+    let (s1, s2) = (summary_of(&one), summary_of(&two));
+    for k in ["totals", "problems", "device", "refused", "errors"] {
+        assert_eq!(s1.get(k), s2.get(k), "summary.json `{k}` differs");
+    }
+    assert_eq!(s1["problems"].as_object().map(|p| p.len()), Some(4), "{s1}");
+    assert!(s1["totals"]["PASSED"].as_u64() > Some(0), "{s1}");
+    assert!(s1["totals"]["INVALID_REFERENCE"].as_u64() > Some(0), "{s1}");
+}
+
+/// `--gpus` and `--jobs` refuse what they cannot do, before anything runs.
+#[test]
+fn lane_flags_refuse_what_they_cannot_do() {
+    let py = python();
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = fixtures().join("corpus");
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["--gpus", "2", "--device", "cpu"],
+            "goes with --device auto",
+        ),
+        (
+            &["--jobs", "2", "--device", "cpu", "--no-sandbox"],
+            "needs the candidate sandbox",
+        ),
+        (&["--jobs", "0", "--device", "cpu"], "--jobs"),
+        (&["--gpus", "2", "--jobs", "2"], "cannot be used with"),
+    ];
+    for (args, want) in cases {
+        let o = kg(&py, tmp.path())
+            .args(["run"])
+            .arg(&corpus)
+            .args(["--filter", "solution:reference", "-o"])
+            .arg(tmp.path().join("out"))
+            .args(args)
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+    // Where torch sees no GPU (here, with CUDA hidden), `--gpus` is an error naming the CPU
+    // alternative, never a silent CPU run.
+    let o = kg(&py, tmp.path())
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .args(["run"])
+        .arg(&corpus)
+        .args(["--gpus", "all", "-o"])
+        .arg(tmp.path().join("out2"))
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("--device cpu"), "{err}");
+    assert!(!tmp.path().join("out2").exists());
+}
