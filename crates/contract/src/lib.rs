@@ -49,9 +49,9 @@ pub use problem::{LoadedWorkload, Problem, load_definition, load_solution};
 pub use report::{Finding, Severity, Stage, StageStatus, Stages, ValidationReport, Verdict};
 pub use solution::{BuildSpec, CompileOptions, Solution, SourceFile};
 pub use trace::{
-    CandidateLaunch, CandidateStart, CheckFigures, CheckResult, ClockState, Correctness,
-    DeviceIdentity, Environment, Evaluation, NullableError, Performance, Retry, RetryReason,
-    Spread, Status, TimingMethod, Trace, Unverified, load_traces,
+    BuildRecord, CandidateLaunch, CandidateStart, CheckFigures, CheckResult, ClockState,
+    Correctness, DeviceIdentity, Environment, Evaluation, NullableError, Performance, Retry,
+    RetryReason, Spread, Status, TimingMethod, Trace, Unverified, load_traces,
 };
 pub use workload::{
     CodeDistanceMode, Generator, InputSpec, IntBound, MAX_TOLERANCE, NumericMode, OutputCheck,

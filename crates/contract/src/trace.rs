@@ -433,6 +433,26 @@ pub struct Evaluation {
     /// on the first workload each candidate process evaluated).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub candidate_start: Option<CandidateStart>,
+    /// How a compiled solution's module was built (kernelgate addition; `cuda_cpp`/`hip_cpp`,
+    /// on the first workload each candidate process evaluated).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<BuildRecord>,
+}
+
+/// A compiled solution's module, as kernelgate's builder made it (never the candidate): built
+/// now or taken from the build cache, bound by its hash.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct BuildRecord {
+    /// Whether the module came from the build cache (its hash checked) instead of a build.
+    pub cached: bool,
+    /// The cache key: SHA-256 of the sources, compile options, languages and toolchain.
+    pub key: String,
+    /// SHA-256 of the module the candidate loaded.
+    pub module_sha256: String,
+    /// Seconds the build took (for a cached module, the build that made it).
+    pub build_s: f64,
+    /// Seconds this evaluation waited for the module (0 when it was ready).
+    pub waited_s: f64,
 }
 
 /// How long a candidate process took to be ready, and when it was started.

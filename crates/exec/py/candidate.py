@@ -339,6 +339,38 @@ def _build_cpp(sol, root, cache_dir):
     return cpp_extension.load(**args)
 
 
+def op_build(req):
+    """kernelgate's builder (a process of its own, started like a candidate and ended after
+    this): builds a compiled solution's module named `name` into `build_root/name/name.so`,
+    where the parent takes it from."""
+    sol = req["solution"]
+    root = req["source_dir"]
+    try:
+        _write_sources(sol, root)
+        args = cpp_build_args(sol, root, req["build_root"])
+        args["name"] = req["name"]
+        args["build_directory"] = os.path.join(req["build_root"], req["name"])
+        os.makedirs(args["build_directory"], exist_ok=True)
+        from torch.utils import cpp_extension
+
+        cpp_extension.load(**args)
+    except BaseException as e:  # SystemExit from a build script is a compile error too
+        kg.flush_stdio()
+        return kg.error_reply("compile", f"failed to build `{sol['spec']['entry_point']}`: {type(e).__name__}: {e}", traceback.format_exc())
+    return {"result": "ok"}
+
+
+def _load_prebuilt(path, name):
+    """Imports the module kernelgate's builder made (copied into this candidate's directory by
+    the parent after checking its hash), as torch's extension loader would."""
+    import torch  # noqa: F401  (the module links against torch's libraries)
+
+    spec_ = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(mod)
+    return mod
+
+
 def op_load(req):
     sol = req["solution"]
     root = req["source_dir"]
@@ -349,7 +381,9 @@ def op_load(req):
         _write_sources(sol, root)
         if root not in sys.path:
             sys.path.insert(0, root)
-        if any(x in ("cuda_cpp", "cpp", "cuda") + HIP_LANGUAGES for x in langs):
+        if req.get("prebuilt"):
+            mod = _load_prebuilt(req["prebuilt"]["path"], req["prebuilt"]["name"])
+        elif any(x in ("cuda_cpp", "cpp", "cuda") + HIP_LANGUAGES for x in langs):
             mod = _build_cpp(sol, root, req["cache_dir"])
         else:
             path = os.path.join(root, file)
@@ -722,5 +756,5 @@ if __name__ == "__main__":
     kg.serve({
         "hello": op_hello, "load": op_load, "run_rounds": op_run_rounds,
         "time_load": op_time_load, "time_sets": op_time_sets, "time": op_time, "time_save": op_time_save,
-        "resend": op_resend,
+        "resend": op_resend, "build": op_build,
     })

@@ -20,6 +20,9 @@ use crate::python::Interpreter;
 use crate::sandbox::Sandbox;
 use crate::scripts;
 
+mod builder;
+pub use builder::{BuildOutcome, Built};
+
 /// Languages a solution may declare.
 pub const SUPPORTED_LANGUAGES: [&str; 5] = ["pytorch", "python", "triton", "cuda_cpp", "hip_cpp"];
 
@@ -591,6 +594,9 @@ pub struct Session {
     next: Option<Vec<(Solution, usize)>>,
     /// Why candidates are no longer started ahead of time in this session.
     prestart_off: Option<String>,
+    /// Builds of compiled solutions made elsewhere ([`Session::provide_build`]), by solution,
+    /// with the time waited for them.
+    builds: std::collections::HashMap<String, (BuildOutcome, Duration)>,
 }
 
 /// A candidate process started before it was asked for: it runs only kernelgate's worker
@@ -612,6 +618,8 @@ struct Prestarted {
 struct StartedCandidate {
     worker: Worker,
     start: CandidateStart,
+    /// How its compiled module was built (compiled solutions only).
+    build: Option<kg_contract::BuildRecord>,
 }
 
 /// What a started candidate process is for: the solution as a whole (every byte of its JSON)
@@ -804,6 +812,7 @@ impl Session {
             prestarted: Vec::new(),
             next: None,
             prestart_off: None,
+            builds: std::collections::HashMap::new(),
         })
     }
 
@@ -1460,6 +1469,16 @@ impl Session {
         workloads: usize,
     ) -> Result<Result<StartedCandidate, (Status, String)>, ExecError> {
         let asked = Instant::now();
+        // A compiled solution's module comes from kernelgate's builder; its failure is the
+        // solution's compile error, and no candidate process is needed for it.
+        let build = if crate::toolchain::is_compiled(sol) {
+            match self.take_build(sol)? {
+                (Ok(b), waited) => Some((b, waited)),
+                (Err(f), _) => return Ok(Err(f)),
+            }
+        } else {
+            None
+        };
         let key = prestart_key(sol, workloads);
         let taken = self
             .prestarted
@@ -1486,6 +1505,13 @@ impl Session {
             ..
         } = p;
         let src = root.join("src");
+        let placed = match &build {
+            Some((b, waited)) => match self.place_module(b, *waited, &root)? {
+                Ok(p) => Some(p),
+                Err(why) => return Ok(Err((Status::CompileError, why))),
+            },
+            None => None,
+        };
         self.candidate_root = Some(root);
         self.candidate_inputs = Some(inputs);
         let launched = launching.started();
@@ -1504,12 +1530,15 @@ impl Session {
         let deadline = asked + self.opts.compile_timeout;
         let hello = json!({"op": "hello", "device": self.opts.device.worker_name(),
             "cupti": self.opts.timing_method() == TimingMethod::Cupti});
-        let load = json!({
+        let mut load = json!({
             "op": "load",
             "solution": sol,
             "source_dir": src,
             "cache_dir": self.solution_caches(sol).1,
         });
+        if let Some((path, _)) = &placed {
+            load["prebuilt"] = json!({"path": path, "name": build.as_ref().map(|(b, _)| b.hit.entry.name.clone())});
+        }
         for req in [hello, load] {
             match w.request(&req, deadline, &self.cancel) {
                 Ok(r) if reply_ok(&r) => {}
@@ -1542,7 +1571,11 @@ impl Session {
             load_s: ready.elapsed().as_secs_f64(),
             started: during,
         };
-        Ok(Ok(StartedCandidate { worker: w, start }))
+        Ok(Ok(StartedCandidate {
+            worker: w,
+            start,
+            build: placed.map(|(_, r)| r),
+        }))
     }
 
     /// What the sandbox holds on a candidate process here: starts one for `sol` that runs only
@@ -1709,6 +1742,7 @@ impl Session {
         let problem_snapshot = before;
         let mut candidate: Option<Worker> = None;
         let mut started: Option<CandidateStart> = None;
+        let mut built: Option<kg_contract::BuildRecord> = None;
         let mut compile_failure: Option<(Status, String)> = None;
         let total = workloads.len();
         // The candidate's interpreter starts while the judge starts or loads the reference
@@ -1732,6 +1766,7 @@ impl Session {
             let mut wall_s = None;
             let mut retried = None;
             let mut candidate_start = None;
+            let mut build = None;
             let outcome = match self.ensure_judge(problem)? {
                 Err(msg) => Outcome::fail(
                     Status::InvalidReference,
@@ -1753,7 +1788,9 @@ impl Session {
                                 Ok(StartedCandidate {
                                     worker: mut c,
                                     start,
+                                    build: b,
                                 }) => {
+                                    built = b;
                                     if self.opts.require_sandbox {
                                         let report = c.isolation.clone().unwrap_or_default();
                                         if !report.missing().is_empty() {
@@ -1800,6 +1837,7 @@ impl Session {
                                         c.started.elapsed().as_secs_f64()
                                     ));
                                     candidate_start = Some(st);
+                                    build = built.take();
                                 }
                                 o
                             }
@@ -1836,6 +1874,7 @@ impl Session {
                     wall_s,
                     retried,
                     candidate_start,
+                    build,
                 }),
                 // Chained and sealed by the writer, once the candidate is gone.
                 kernelgate_chain: None,

@@ -54,6 +54,7 @@
 
 #![warn(missing_docs)]
 
+pub mod build;
 pub mod corpus;
 pub mod device;
 pub mod engine;

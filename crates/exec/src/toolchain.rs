@@ -177,6 +177,47 @@ pub fn build_path(python: &Path, inherited: Option<std::ffi::OsString>) -> std::
         .unwrap_or_default()
 }
 
+/// Whether `sol` is built from C++/CUDA/HIP sources (by kernelgate's builder, into a module
+/// the candidate loads) rather than imported as Python.
+pub fn is_compiled(sol: &Solution) -> bool {
+    sol.spec.languages.iter().any(|l| {
+        let l = l.to_lowercase();
+        CPP_LANGUAGES.contains(&l.as_str()) || HIP_LANGUAGES.contains(&l.as_str())
+    })
+}
+
+/// The compilers a build of `sol` would use, as [`missing_for`] finds them: the device
+/// compiler (`nvcc`, or `hipcc` for `hip_cpp`) and the host C++ compiler (`CXX`, else
+/// `c++`/`g++`/`clang++` on the build's PATH). For the build cache's key.
+pub fn build_compilers(
+    sol: &Solution,
+    python: &Path,
+    env: &dyn Fn(&str) -> Option<std::ffi::OsString>,
+) -> (Option<PathBuf>, Option<PathBuf>) {
+    let path = build_path(python, env("PATH"));
+    let hip = sol
+        .spec
+        .languages
+        .iter()
+        .any(|l| HIP_LANGUAGES.contains(&l.to_lowercase().as_str()));
+    let device = if hip {
+        env("ROCM_PATH")
+            .map(|r| PathBuf::from(r).join("bin").join("hipcc"))
+            .filter(|p| p.is_file())
+            .or_else(|| which("hipcc", &path))
+    } else {
+        find_nvcc(&path, env)
+    };
+    let host = match env("CXX").map(PathBuf::from) {
+        Some(c) if c.components().count() > 1 => Some(c),
+        Some(c) => which(&c.to_string_lossy(), &path),
+        None => ["c++", "g++", "clang++"]
+            .iter()
+            .find_map(|c| which(c, &path)),
+    };
+    (device, host)
+}
+
 /// Where torch's `_find_cuda_home` would find nvcc, in its order.
 fn find_nvcc(
     path: &std::ffi::OsStr,

@@ -31,6 +31,7 @@ fn eval(status: Status, correctness: bool, performance: bool) -> Evaluation {
         wall_s: None,
         retried: None,
         candidate_start: None,
+        build: None,
     }
 }
 
