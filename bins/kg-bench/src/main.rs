@@ -3,6 +3,7 @@
 //! Thin binary: argument parsing, progress, tables and exit codes; the work is in kg-exec.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod cache_cmd;
 mod compare_cmd;
 mod output;
 mod report_cmd;
@@ -124,6 +125,9 @@ enum Command {
     /// significant regression.
     #[command(after_help = compare_cmd::EXIT_COMPARE)]
     Compare(compare_cmd::CompareArgs),
+    /// The build cache of compiled solutions (cuda_cpp, hip_cpp): list or clean it.
+    #[command(subcommand, after_help = cache_cmd::EXIT_CACHE)]
+    Cache(cache_cmd::CacheCommand),
 }
 
 #[derive(Subcommand)]
@@ -374,6 +378,7 @@ fn main() -> ExitCode {
         Command::Keygen(a) => verify_cmd::keygen(a).map_err(usage),
         Command::Report(a) => report_cmd::report(a).map_err(usage),
         Command::Compare(a) => compare_cmd::compare(a).map_err(usage),
+        Command::Cache(c) => cache_cmd::run(c).map_err(usage),
     };
     match result {
         Ok(code) => ExitCode::from(code as u8),

@@ -128,6 +128,16 @@ impl Schedule {
             .unwrap_or_default()
     }
 
+    /// Every waiting pair in the order the lanes will most likely reach them: each lane's
+    /// first, then each lane's second, and so on.
+    pub fn order(&self) -> Vec<usize> {
+        let q = self.lock();
+        let longest = q.iter().map(VecDeque::len).max().unwrap_or(0);
+        (0..longest)
+            .flat_map(|i| q.iter().filter_map(move |d| d.get(i).copied()))
+            .collect()
+    }
+
     /// Removes every waiting pair for which `drop` holds (e.g. those of a problem that changed).
     pub fn remove(&self, drop: impl Fn(usize) -> bool) {
         for d in self.lock().iter_mut() {
@@ -162,6 +172,7 @@ mod tests {
         let s = Schedule::new(vec![4.0, 9.0, 1.0, 7.0, 3.0, 5.0], 2);
         assert_eq!(s.upcoming(0, 8), vec![1, 0, 2]);
         assert_eq!(s.upcoming(1, 8), vec![3, 5, 4]);
+        assert_eq!(s.order(), vec![1, 3, 0, 5, 2, 4]);
         assert_eq!(drain_n(&s, 1, 3), vec![3, 5, 4]);
         // Lane 1 ran out: it takes the cheapest pair still waiting on lane 0.
         assert_eq!(s.next(1), Some(2));

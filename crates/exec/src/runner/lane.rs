@@ -24,6 +24,8 @@ pub(super) struct LaneCtx<'a> {
     /// Problems that changed during the run: none of their pairs is evaluated after that.
     pub(super) stopped: &'a Mutex<Vec<usize>>,
     pub(super) lanes: usize,
+    /// Builds of the run's compiled solutions, made ahead of the lanes.
+    pub(super) pool: Option<&'a super::pool::BuildPool>,
 }
 
 /// Each lane with its session.
@@ -73,6 +75,12 @@ impl LaneCtx<'_> {
                 })
                 .collect();
             session.prestart_next(&upcoming);
+            if let Some(pool) = self.pool
+                && let Some((outcome, waited)) = pool.take(k)
+            {
+                let sol = &self.problems[i].pairs[j].found.solution;
+                session.provide_build(sol, outcome, waited);
+            }
             match self.pair(n, lane, &mut session, i, j, tx) {
                 Ok(PairEnd::Written(traces)) => written.push(((i, j), traces)),
                 Ok(PairEnd::ProblemChanged) => {}

@@ -18,6 +18,7 @@
 
 mod events;
 mod lane;
+mod pool;
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -537,6 +538,25 @@ impl CorpusRunner {
             .collect();
         let schedule = Schedule::new(costs, lanes);
         let stopped = Mutex::new(Vec::new());
+        // Compiled solutions are built on spare cores while the lanes evaluate.
+        let solution_of = |k: usize| {
+            let (i, j) = to_run[k];
+            &self.plan.problems[i].pairs[j].found.solution
+        };
+        let compiled: Vec<usize> = schedule
+            .order()
+            .into_iter()
+            .filter(|&k| crate::toolchain::is_compiled(solution_of(k)))
+            .collect();
+        let mut builders = Vec::new();
+        for _ in 0..pool::pool_threads().min(compiled.len()) {
+            builders.push(Session::new(
+                self.python.clone(),
+                self.lanes[0].options(&self.opts),
+                self.cancel.clone(),
+            )?);
+        }
+        let pool = (!compiled.is_empty()).then(|| pool::BuildPool::new(compiled));
         let ctx = LaneCtx {
             problems: &self.plan.problems,
             config: &self.config,
@@ -546,6 +566,7 @@ impl CorpusRunner {
             schedule: &schedule,
             stopped: &stopped,
             lanes,
+            pool: pool.as_ref(),
         };
         let mut changed: Vec<(String, String)> = Vec::new();
         let (tx, rx) = std::sync::mpsc::channel::<RunEvent>();
@@ -559,6 +580,15 @@ impl CorpusRunner {
                     scope.spawn(move || ctx.run(n, &lane, session, &tx))
                 })
                 .collect();
+            for mut b in builders {
+                let (pool, solution_of) = (pool.as_ref(), &solution_of);
+                scope.spawn(move || {
+                    if let Some(pool) = pool {
+                        pool.work(&mut |k| b.build(solution_of(k)));
+                    }
+                    b.shutdown();
+                });
+            }
             drop(tx);
             // The reporter is the caller's and stays on this thread: lanes send it events.
             for event in rx {
