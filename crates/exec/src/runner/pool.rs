@@ -16,7 +16,7 @@ enum Slot {
     /// Being built by the pool.
     Building,
     /// Built by the pool: the outcome, until a lane takes it.
-    Done(BuildOutcome),
+    Done(Box<BuildOutcome>),
     /// The pool could not build it (cancelled, its session failed): the lane builds it.
     Failed,
 }
@@ -80,7 +80,7 @@ impl BuildPool {
                 }
             };
             let slot = match build(k) {
-                Ok(outcome) => Slot::Done(outcome),
+                Ok(outcome) => Slot::Done(Box::new(outcome)),
                 Err(e) => {
                     if !matches!(e, ExecError::Cancelled) {
                         tracing::warn!("build pool: {e}; the lane builds it");
@@ -106,7 +106,7 @@ impl BuildPool {
                     slots.insert(k, Slot::Failed);
                     return None;
                 }
-                Some(Slot::Done(outcome)) => return Some((outcome, t.elapsed())),
+                Some(Slot::Done(outcome)) => return Some((*outcome, t.elapsed())),
                 Some(Slot::Building) => {
                     slots.insert(k, Slot::Building);
                     slots = self
