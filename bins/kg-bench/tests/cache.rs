@@ -53,8 +53,7 @@ fn cache_ls_lists_entries_and_clean_removes_the_old_then_the_rest() {
     assert!(out.contains("sol_a") && out.contains("sol_b"), "{out}");
     assert!(out.contains("2 entries"), "{out}");
     let o = kg(dir.path(), &["cache", "ls", "--json"]);
-    let v: serde_json::Value =
-        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(v["entries"].as_array().map(Vec::len), Some(2), "{v}");
 
     let o = kg(dir.path(), &["cache", "clean", "--older-than", "1"]);

@@ -11,8 +11,9 @@
 //!   judge generates inputs from a workload with a secret per-run seed (fresh inputs every
 //!   round), runs the reference, keeps the reference outputs in its memory and compares.
 //! - For each solution the session starts one **candidate** process (untrusted): it writes the
-//!   solution's sources into its own directory, imports the entry point (C++/CUDA through
-//!   `torch.utils.cpp_extension.load`, cached by source hash), runs and times it. It never sees
+//!   solution's sources into its own directory, imports the entry point (a C++/CUDA module
+//!   built beforehand by kernelgate's builder and kept in the [`build`] cache, handed to it as
+//!   a checked copy), runs and times it. It never sees
 //!   the seed or the reference outputs. A candidate that crashes, hangs or is killed is
 //!   replaced by a fresh process for the next workload. It runs in the [`sandbox`]: a
 //!   read-only view of the filesystem but its scratch, no privilege (an unprivileged uid when

@@ -135,7 +135,7 @@ pub enum RunEvent {
         searched: Vec<String>,
     },
     /// How many problems had solutions in each layout (not sent for
-    /// [`SolutionSource::Reference`]).
+    /// [`crate::corpus::SolutionSource::Reference`]).
     SolutionLayouts(IndexMap<SolutionLayout, usize>),
     /// A pair refused before anything runs: not evaluated, in the summary's `refused`.
     PairRefused {
@@ -179,7 +179,7 @@ pub enum RunEvent {
     },
     /// Evaluation is spread over these lanes (sent once, before the first pair starts).
     LanesStarted {
-        /// Each lane's label ([`Lane::label`]), by lane index.
+        /// Each lane's label ([`crate::lanes::Lane::label`]), by lane index.
         labels: Vec<String>,
         /// Why fewer lanes than asked for are used (candidates would run side by side
         /// without the layers that keep them apart).
