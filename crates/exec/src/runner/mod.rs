@@ -7,9 +7,10 @@
 //!    would write one trace file. Nothing runs yet.
 //! 2. [`CorpusRunner::run`] refuses pairs this device cannot run ([`CorpusPlan::refuse`],
 //!    which a caller may call earlier), skips pairs whose earlier traces stand ([`Resume`]),
-//!    evaluates the rest one pair at a time in one [`Session`], writes each pair's traces as
-//!    a chained file (`OUTDIR/<problem key>/<solution>.jsonl`) and seals them all in
-//!    `OUTDIR/summary.json`.
+//!    evaluates the rest over its [`Lane`]s (one [`Session`] each, on its own thread; one
+//!    lane unless [`CorpusRunner::with_lanes`] gave more), builds the compiled solutions
+//!    among them ahead of the lanes (`pool`), writes each pair's traces as a chained file
+//!    (`OUTDIR/<problem key>/<solution>.jsonl`) and seals them all in `OUTDIR/summary.json`.
 //!
 //! Everything a person or a log would want to see arrives as a [`RunEvent`] at the caller's
 //! [`Reporter`]; the runner prints nothing. Trace files and `summary.json` are written here,

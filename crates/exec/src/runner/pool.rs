@@ -79,6 +79,9 @@ impl BuildPool {
                     None => return,
                 }
             };
+            // Should the build panic, the slot is marked failed on the way out, so no lane
+            // waits for it forever.
+            let guard = FailOnUnwind { pool: self, k };
             let slot = match build(k) {
                 Ok(outcome) => Slot::Done(Box::new(outcome)),
                 Err(e) => {
@@ -88,6 +91,7 @@ impl BuildPool {
                     Slot::Failed
                 }
             };
+            std::mem::forget(guard);
             self.lock().insert(k, slot);
             self.done.notify_all();
         }
@@ -116,6 +120,20 @@ impl BuildPool {
                 }
             }
         }
+    }
+}
+
+/// Marks pair `k`'s build failed (the lane builds it) when dropped, i.e. when its build
+/// unwinds; forgotten once the build returned.
+struct FailOnUnwind<'a> {
+    pool: &'a BuildPool,
+    k: usize,
+}
+
+impl Drop for FailOnUnwind<'_> {
+    fn drop(&mut self) {
+        self.pool.lock().insert(self.k, Slot::Failed);
+        self.pool.done.notify_all();
     }
 }
 
@@ -190,5 +208,15 @@ mod tests {
             assert!(waited >= Duration::from_millis(40), "{waited:?}");
         });
         assert!(pool.take(1).is_none());
+    }
+
+    #[test]
+    fn a_build_that_panics_never_leaves_a_lane_waiting() {
+        let pool = BuildPool::new(vec![0]);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            pool.work(&mut |_| panic!("builder bug"));
+        }));
+        assert!(r.is_err());
+        assert!(pool.take(0).is_none());
     }
 }
