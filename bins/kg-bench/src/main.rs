@@ -393,8 +393,11 @@ fn main() -> ExitCode {
 fn interpreter(env: &EnvArgs) -> Result<(kg_exec::Interpreter, kg_exec::ProbeInfo), Failure> {
     let cwd = std::env::current_dir().map_err(usage)?;
     let interp = kg_exec::find_python_env(env.python.as_deref(), &cwd).map_err(usage)?;
-    let info = kg_exec::probe(&interp).map_err(usage)?;
-    tracing::info!(python = %interp.path.display(), torch = %info.torch, "interpreter");
+    // Cached by the interpreter's files, its import path, device visibility and the driver:
+    // importing torch to ask costs seconds per command.
+    let (info, cached) =
+        kg_exec::probe_cached(&interp, &kg_exec::engine::default_cache_dir()).map_err(usage)?;
+    tracing::info!(python = %interp.path.display(), torch = %info.torch, cached, "interpreter");
     Ok((interp, info))
 }
 

@@ -78,4 +78,5 @@ pub use engine::{
 pub use process::CancelToken;
 pub use python::{
     Interpreter, ProbeInfo, PythonRequest, find_python, find_python_env, find_python_in, probe,
+    probe_cached,
 };

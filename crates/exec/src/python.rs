@@ -69,7 +69,7 @@ pub struct Interpreter {
 }
 
 /// What the probe found in an interpreter.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
 pub struct ProbeInfo {
     /// Python version.
     pub python: String,
@@ -391,7 +391,100 @@ struct ProbeError {
     python: String,
 }
 
-/// Runs the embedded probe in `interp` (`-I -B`) and reports versions and devices.
+/// The probe cache's bucket under the cache directory; bumped when [`ProbeInfo`] or the key
+/// changes.
+const PROBE_BUCKET: &str = "interpreter-v1";
+
+/// How long a cached probe is believed at most, whatever its key says.
+const PROBE_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// Environment variables that change what the probe finds (which devices torch sees).
+const PROBE_ENV: [&str; 5] = [
+    "CUDA_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+    "LD_LIBRARY_PATH",
+];
+
+/// The probe cache key of `interp`: its path and canonical path, size and modification time
+/// (of the file and of every directory of its import path, which `pip install` touches), the
+/// variables of [`PROBE_ENV`], the GPU driver's version and the boot. `None` when the import
+/// path cannot be read (no caching then).
+fn probe_key(interp: &Interpreter) -> Option<String> {
+    let stamp = |p: &Path| -> Option<String> {
+        let m = std::fs::metadata(p).ok()?;
+        let t = m
+            .modified()
+            .ok()?
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()?
+            .as_nanos();
+        Some(format!("{}:{}:{t}", p.display(), m.len()))
+    };
+    let mut parts = vec![
+        stamp(&interp.path)?,
+        std::fs::canonicalize(&interp.path)
+            .ok()
+            .and_then(|c| stamp(&c))?,
+    ];
+    let paths = sandbox_paths(&interp.path).ok()?;
+    for d in &paths.sys_path {
+        parts.push(stamp(Path::new(d)).unwrap_or_else(|| format!("{d}:absent")));
+    }
+    for k in PROBE_ENV {
+        parts.push(format!("{k}={:?}", std::env::var_os(k)));
+    }
+    for f in [
+        "/proc/driver/nvidia/version",
+        "/sys/module/amdgpu/version",
+        "/proc/sys/kernel/random/boot_id",
+    ] {
+        parts.push(std::fs::read_to_string(f).unwrap_or_default());
+    }
+    Some(kg_contract::io::sha256_hex(parts.join("\0").as_bytes()))
+}
+
+/// [`probe`], cached under `cache_dir` (`interpreter-v1/<key>.json`, the key from
+/// [`probe_key`]; at most a day old). A corrupt entry is removed with a warning and the
+/// interpreter probed again. The second value says whether the cache answered.
+pub fn probe_cached(
+    interp: &Interpreter,
+    cache_dir: &Path,
+) -> Result<(ProbeInfo, bool), PythonError> {
+    let Some(key) = probe_key(interp) else {
+        return probe(interp).map(|p| (p, false));
+    };
+    let dir = cache_dir.join(PROBE_BUCKET);
+    let file = dir.join(format!("{key}.json"));
+    let fresh = std::fs::metadata(&file)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age < PROBE_TTL);
+    if fresh {
+        match std::fs::read(&file).map(|b| serde_json::from_slice::<ProbeInfo>(&b)) {
+            Ok(Ok(info)) => return Ok((info, true)),
+            Ok(Err(e)) => {
+                tracing::warn!(file = %file.display(), "corrupt interpreter probe cache entry removed: {e}");
+                let _ = std::fs::remove_file(&file);
+            }
+            Err(_) => {}
+        }
+    }
+    let info = probe(interp)?;
+    // A cache that cannot be written costs only the next probe.
+    if let Ok(json) = serde_json::to_vec(&info)
+        && std::fs::create_dir_all(&dir).is_ok()
+        && let Err(e) = kg_contract::io::write_atomic(&file, &json)
+    {
+        tracing::debug!("interpreter probe not cached: {e}");
+    }
+    Ok((info, false))
+}
+
+/// Runs the embedded probe in `interp` (`-I -B`, imports torch) and reports versions and
+/// devices.
 pub fn probe(interp: &Interpreter) -> Result<ProbeInfo, PythonError> {
     let dir = tempfile::Builder::new()
         .prefix("kg-probe-")
