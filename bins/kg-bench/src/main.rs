@@ -28,7 +28,8 @@ use kg_exec::device::{AcquireOptions, Acquired, GpuSet};
 use kg_exec::engine::{ExecError, check_languages};
 use kg_exec::lanes::Lane;
 use kg_exec::runner::{
-    CorpusPlan, CorpusRunner, PlanOptions, Reporter, RunConfig, RunEvent, RunnerError, SkipReason,
+    BuildEnd, CorpusPlan, CorpusRunner, PlanOptions, Reporter, RunConfig, RunEvent, RunnerError,
+    SkipReason,
 };
 use kg_exec::{CancelToken, DeviceRequest, EvalOptions, Event, Session, TimingChoice};
 
@@ -1030,6 +1031,22 @@ impl Reporter for RunReporter {
                     p.finished(*lane, trace);
                 }
             }
+            RunEvent::BuildStarted { solution } if self.verbosity == Verbosity::Verbose => {
+                eprintln!("build: {solution} ...");
+            }
+            RunEvent::BuildFinished {
+                solution,
+                outcome,
+                seconds,
+            } if loud => match outcome {
+                BuildEnd::Built => eprintln!("build: {solution} built in {}", fmt_secs(*seconds)),
+                BuildEnd::Cached => eprintln!("build: {solution} from the build cache"),
+                BuildEnd::Failed => eprintln!(
+                    "build: {solution} failed after {} (COMPILE_ERROR; the compiler's output is in its traces)",
+                    fmt_secs(*seconds)
+                ),
+                BuildEnd::LeftToLane => {}
+            },
             RunEvent::LaneFailed {
                 lane,
                 label,

@@ -185,6 +185,20 @@ pub enum RunEvent {
         /// without the layers that keep them apart).
         reduced: Option<String>,
     },
+    /// The build pool starts building (or looking up) a compiled solution.
+    BuildStarted {
+        /// The solution name.
+        solution: String,
+    },
+    /// The build pool finished with a compiled solution.
+    BuildFinished {
+        /// The solution name.
+        solution: String,
+        /// How it ended.
+        outcome: BuildEnd,
+        /// Seconds it took.
+        seconds: f64,
+    },
     /// A pair is about to be evaluated.
     PairStarted {
         /// The lane evaluating it.
@@ -257,6 +271,19 @@ pub enum RunEvent {
         /// Where it was written.
         path: PathBuf,
     },
+}
+
+/// How a build of the build pool ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BuildEnd {
+    /// Built now and cached.
+    Built,
+    /// Found in the build cache.
+    Cached,
+    /// The build failed: the solution's workloads are COMPILE_ERROR with its log.
+    Failed,
+    /// The pool could not build it (cancelled, its session failed): the lane builds it.
+    LeftToLane,
 }
 
 /// Receives a run's [`RunEvent`]s (a closure taking `&RunEvent` is one).

@@ -39,7 +39,7 @@ use crate::integrity::DirSnapshot;
 use crate::lanes::{Lane, Schedule};
 use crate::{CancelToken, DeviceChoice, Interpreter};
 
-pub use events::{LaneFailure, Reporter, RunEvent, RunnerError, SkipReason};
+pub use events::{BuildEnd, LaneFailure, Reporter, RunEvent, RunnerError, SkipReason};
 use lane::{LaneCtx, LaneResult, LaneSessions};
 
 /// What a corpus run covers.
@@ -582,10 +582,28 @@ impl CorpusRunner {
                 })
                 .collect();
             for mut b in builders {
-                let (pool, solution_of) = (pool.as_ref(), &solution_of);
+                let (pool, solution_of, tx) = (pool.as_ref(), &solution_of, tx.clone());
                 scope.spawn(move || {
                     if let Some(pool) = pool {
-                        pool.work(&mut |k| b.build(solution_of(k)));
+                        pool.work(&mut |k| {
+                            let sol = solution_of(k);
+                            let _ = tx.send(RunEvent::BuildStarted {
+                                solution: sol.name.clone(),
+                            });
+                            let t = std::time::Instant::now();
+                            let r = b.build(sol);
+                            let _ = tx.send(RunEvent::BuildFinished {
+                                solution: sol.name.clone(),
+                                outcome: match &r {
+                                    Ok(Ok(built)) if built.cached => BuildEnd::Cached,
+                                    Ok(Ok(_)) => BuildEnd::Built,
+                                    Ok(Err(_)) => BuildEnd::Failed,
+                                    Err(_) => BuildEnd::LeftToLane,
+                                },
+                                seconds: t.elapsed().as_secs_f64(),
+                            });
+                            r
+                        });
                     }
                     b.shutdown();
                 });
