@@ -1122,14 +1122,14 @@ fn run(a: RunArgs, cancel: &CancelToken) -> Result<i32, Failure> {
         PrestartArg::Off => kg_exec::Prestart::Off,
     };
     let lanes: Vec<Lane> = match a.jobs {
-        Some(jobs) if !opts.device.is_cpu() => {
+        Some(jobs) if jobs > 1 && !opts.device.is_cpu() => {
             return Err(usage(anyhow!(
                 "--jobs {jobs} spreads a run over CPU cores, but the device is {}; on GPUs use --gpus",
                 opts.device
             )));
         }
-        Some(jobs) => vec![Lane::of(&opts); usize::from(jobs)],
-        None => acquired
+        Some(jobs) if jobs > 1 => vec![Lane::of(&opts); usize::from(jobs)],
+        _ => acquired
             .iter()
             .map(|acq| Lane {
                 device: acq.choice.clone(),
