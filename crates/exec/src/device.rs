@@ -743,25 +743,7 @@ mod tests {
     fn two_gpu_claimer(
         lock_dir: std::path::PathBuf,
     ) -> impl FnMut(ClaimRequest) -> Result<Claim, ClaimError> {
-        move |mut req: ClaimRequest| {
-            let dev = |k: u32| {
-                serde_json::json!({
-                    "uuid": format!("GPU-fake-{k}"), "pci_bus_id": format!("0000:0{}:00.0", k + 1),
-                    "runtime_index": k,
-                    "samples": [{"activity_pct": 0.0, "memory_used_bytes": 0,
-                                 "memory_free_bytes": 100u64 << 30}],
-                })
-            };
-            let scenario = serde_json::json!({"devices": [dev(0), dev(1)]});
-            let backend =
-                kg_gpu::fake::FakeBackend::new(serde_json::from_value(scenario).unwrap()).unwrap();
-            req.lock_dir = lock_dir.clone();
-            req.pick.interval = Duration::ZERO;
-            Claim::acquire_with(
-                kg_gpu::Discovery::from_backends(vec![Box::new(backend)]),
-                req,
-            )
-        }
+        kg_gpu::fake::idle_claimer(2, lock_dir)
     }
 
     fn uuids(lanes: &[Acquired]) -> Vec<String> {

@@ -643,10 +643,22 @@ fn prestart_depth() -> usize {
 
 /// The layers without which a candidate could reach another candidate process running beside
 /// it (see it, signal or trace it, change the scripts it imports).
-pub(crate) const PRESTART_NEEDS: [kg_contract::Layer; 2] = [
+const PRESTART_NEEDS: [kg_contract::Layer; 2] = [
     kg_contract::Layer::PidNamespace,
     kg_contract::Layer::ReadOnlyFilesystem,
 ];
+
+/// The layers of [`PRESTART_NEEDS`] that `report` shows missing, joined for a message (`None`
+/// when candidates may run side by side).
+pub(crate) fn missing_beside(report: &kg_contract::IsolationReport) -> Option<String> {
+    let missing: Vec<&str> = report
+        .missing()
+        .into_iter()
+        .filter(|l| PRESTART_NEEDS.contains(l))
+        .map(|l| l.as_str())
+        .collect();
+    (!missing.is_empty()).then(|| missing.join(", "))
+}
 
 /// One workload's transfer directories.
 struct Transfer {
@@ -1414,16 +1426,9 @@ impl Session {
             );
         }
         let report = current.isolation.clone().unwrap_or_default();
-        let missing: Vec<&str> = report
-            .missing()
-            .into_iter()
-            .filter(|l| PRESTART_NEEDS.contains(l))
-            .map(|l| l.as_str())
-            .collect();
-        (!missing.is_empty()).then(|| {
+        missing_beside(&report).map(|missing| {
             format!(
-                "a candidate ran without {}: it could reach a candidate process started beside it",
-                missing.join(", ")
+                "a candidate ran without {missing}: it could reach a candidate process started beside it"
             )
         })
     }

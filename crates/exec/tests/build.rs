@@ -3,33 +3,15 @@
 //! cache the second time, rebuilt when its cached module was changed, and a source that does
 //! not compile is a compile error with the compiler's message.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use kg_contract::{Solution, Status};
 use kg_exec::build::{BuildCache, BuildKey};
-use kg_exec::{CancelToken, DeviceChoice, EvalOptions, Interpreter, Session};
+use kg_exec::{CancelToken, DeviceChoice, EvalOptions, Session};
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
-}
-
-/// The test interpreter; a test that needs it fails without it (never passes by skipping).
-fn python() -> Interpreter {
-    let flag = std::env::var_os("KG_TEST_PYTHON").map(PathBuf::from);
-    let interp = kg_exec::find_python_env(flag.as_deref(), &workspace())
-        .unwrap_or_else(|e| panic!("no test interpreter ({e}): run `cargo xtask setup`"));
-    assert!(
-        kg_exec::probe(&interp).is_ok(),
-        "`{}` cannot import torch: run `cargo xtask setup` or set KG_TEST_PYTHON",
-        interp.path.display()
-    );
-    interp
-}
+mod support;
+use support::python;
 
 fn solution(name: &str, body: &str) -> Solution {
     let src = format!(

@@ -4,37 +4,16 @@
 //! other lane's traces.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use kg_contract::{Status, Trace};
 use kg_exec::corpus::{Resume, SolutionSource};
 use kg_exec::device::{AcquireOptions, Acquired, GpuSet, acquire_lanes_with};
 use kg_exec::lanes::Lane;
 use kg_exec::runner::{CorpusPlan, CorpusRunner, PlanOptions, RunConfig, RunEvent, RunnerError};
-use kg_exec::{CancelToken, DeviceChoice, EvalOptions, Interpreter, ProbeInfo};
-use kg_gpu::claim::{Claim, ClaimRequest};
+use kg_exec::{CancelToken, DeviceChoice, EvalOptions, ProbeInfo};
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
-}
-
-/// The test interpreter; a test that needs it fails without it (never passes by skipping).
-fn python() -> Interpreter {
-    let flag = std::env::var_os("KG_TEST_PYTHON").map(PathBuf::from);
-    let interp = kg_exec::find_python_env(flag.as_deref(), &workspace())
-        .unwrap_or_else(|e| panic!("no test interpreter ({e}): run `cargo xtask setup`"));
-    let probe = kg_exec::probe(&interp);
-    assert!(
-        probe.is_ok(),
-        "`{}` cannot import torch: run `cargo xtask setup` or set KG_TEST_PYTHON",
-        interp.path.display()
-    );
-    interp
-}
+mod support;
+use support::{python, workspace};
 
 /// What the interpreter's torch would report on a host with two GPUs.
 fn two_gpu_probe() -> ProbeInfo {
@@ -56,28 +35,7 @@ fn two_gpu_probe() -> ProbeInfo {
 
 /// Claims both fake GPUs (locks in `locks`) as a `--gpus 2` run would.
 fn claim_two(locks: &Path) -> Vec<Acquired> {
-    let claimer = |mut req: ClaimRequest| {
-        let dev = |k: u32| {
-            serde_json::json!({
-                "uuid": format!("GPU-fake-{k}"), "pci_bus_id": format!("0000:0{}:00.0", k + 1),
-                "runtime_index": k,
-                "samples": [{"activity_pct": 0.0, "memory_used_bytes": 0,
-                             "memory_free_bytes": 100u64 << 30}],
-            })
-        };
-        let scenario = serde_json::json!({"devices": [dev(0), dev(1)]});
-        let backend =
-            kg_gpu::fake::FakeBackend::new(serde_json::from_value(scenario).map_err(|e| {
-                kg_gpu::error::ClaimError::NoGpu(format!("bad fake scenario: {e}"))
-            })?)
-            .map_err(kg_gpu::error::ClaimError::Backend)?;
-        req.lock_dir = locks.to_path_buf();
-        req.pick.interval = Duration::ZERO;
-        Claim::acquire_with(
-            kg_gpu::Discovery::from_backends(vec![Box::new(backend)]),
-            req,
-        )
-    };
+    let claimer = kg_gpu::fake::idle_claimer(2, locks.to_path_buf());
     let (lanes, _) = acquire_lanes_with(
         &GpuSet::Count(2),
         &two_gpu_probe(),

@@ -2,22 +2,14 @@
 //! from the cache with the same facts, a corrupt entry is probed again, and a change of what
 //! decides the devices torch sees (CUDA_VISIBLE_DEVICES) is a miss.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
-}
+mod support;
 
 #[test]
 #[allow(unsafe_code)]
 fn a_probe_is_cached_until_what_it_depends_on_changes() {
-    let flag = std::env::var_os("KG_TEST_PYTHON").map(PathBuf::from);
-    let interp = kg_exec::find_python_env(flag.as_deref(), &workspace())
-        .unwrap_or_else(|e| panic!("no test interpreter ({e}): run `cargo xtask setup`"));
+    let interp = support::interpreter();
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let (first, cached) = kg_exec::probe_cached(&interp, dir.path())
         .unwrap_or_else(|e| panic!("`{}` cannot import torch: {e}", interp.path.display()));

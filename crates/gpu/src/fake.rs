@@ -71,6 +71,46 @@ pub struct FakeBackend {
     calls: Vec<AtomicUsize>,
 }
 
+/// A claimer over `n` idle fake GPUs (`GPU-fake-0`, `GPU-fake-1`, ...) with their locks in
+/// `lock_dir` and no wait between picker samples: what a test passes where
+/// [`crate::claim::Claim::acquire`] would go.
+pub fn idle_claimer(
+    n: u32,
+    lock_dir: PathBuf,
+) -> impl FnMut(crate::claim::ClaimRequest) -> Result<crate::claim::Claim, crate::error::ClaimError>
+{
+    move |mut req| {
+        let devices = (0..n)
+            .map(|k| FakeDevice {
+                uuid: format!("GPU-fake-{k}"),
+                pci_bus_id: format!("0000:{:02x}:00.0", k + 1),
+                name: default_name(),
+                arch: None,
+                runtime_index: Some(k),
+                memory_total_bytes: None,
+                samples: vec![Sample {
+                    activity_pct: Some(0.0),
+                    memory_used_bytes: Some(0),
+                    memory_free_bytes: Some(100 << 30),
+                }],
+                clocks: Clocks::default(),
+            })
+            .collect();
+        let backend = FakeBackend::new(Scenario {
+            devices,
+            fail: None,
+            clock_lock: None,
+            journal: None,
+        })?;
+        req.lock_dir = lock_dir.clone();
+        req.pick.interval = std::time::Duration::ZERO;
+        crate::claim::Claim::acquire_with(
+            crate::Discovery::from_backends(vec![Box::new(backend)]),
+            req,
+        )
+    }
+}
+
 impl FakeBackend {
     /// Reads a scenario file.
     pub fn load(path: &Path) -> Result<FakeBackend, BackendError> {

@@ -33,7 +33,7 @@ use crate::corpus::{
     SolutionSource, TraceFile,
 };
 use crate::engine::{
-    EvalOptions, ExecError, PRESTART_NEEDS, Session, check_languages, toolchain_check,
+    EvalOptions, ExecError, Session, check_languages, missing_beside, toolchain_check,
 };
 use crate::integrity::DirSnapshot;
 use crate::lanes::{Lane, Schedule};
@@ -479,20 +479,11 @@ impl CorpusRunner {
         };
         let sol = &self.plan.problems[i].pairs[j].found.solution;
         let why = match sessions[0].1.probe_isolation(sol) {
-            Ok(report) => {
-                let missing: Vec<&str> = report
-                    .missing()
-                    .into_iter()
-                    .filter(|l| PRESTART_NEEDS.contains(l))
-                    .map(|l| l.as_str())
-                    .collect();
-                (!missing.is_empty()).then(|| {
-                    format!(
-                        "a candidate here runs without {}, so candidates of several lanes could reach each other; one lane is used",
-                        missing.join(", ")
-                    )
-                })
-            }
+            Ok(report) => missing_beside(&report).map(|missing| {
+                format!(
+                    "a candidate here runs without {missing}, so candidates of several lanes could reach each other; one lane is used"
+                )
+            }),
             Err(ExecError::Cancelled) => return Err(ExecError::Cancelled.into()),
             Err(e) => Some(format!(
                 "the candidate sandbox could not be checked ({e}); one lane is used"
