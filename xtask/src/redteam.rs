@@ -28,7 +28,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use kg_contract::{Layer, Status, Trace};
+use kg_contract::{Layer, Reason, Status, Trace};
 use serde_json::Value;
 
 const MANIFEST: &str = "fixtures/adversarial/manifest.json";
@@ -666,6 +666,7 @@ fn run_case(
     if harness_error.is_none() {
         limits.extend(missing_log(c.log_has.as_deref(), &traces));
         limits.extend(forbidden_log(c.log_lacks.as_deref(), &traces));
+        limits.extend(unreasoned(&traces));
     }
     Ok(Got {
         statuses,
@@ -687,41 +688,46 @@ fn run_case(
     })
 }
 
-/// Which defence the engine's own message says stopped a workload.
+/// Which defence stopped a workload, from the trace's typed `reason` (the log's first line
+/// only adds the detail).
 fn caught_by(t: &Trace) -> String {
     let Some(e) = &t.evaluation else {
         return "no evaluation".into();
     };
-    let log = &e.log;
-    let first = log
+    let first = e
+        .log
         .lines()
         .find(|l| !l.trim().is_empty() && !l.starts_with("---"))
         .unwrap_or("");
+    let reason = e.reason;
+    let code = reason.map_or_else(|| "no reason".to_string(), |r| r.to_string());
     match e.status {
         Status::Passed => match &e.performance {
             Some(p) => format!("timing gave {:.2}x (earned)", p.speedup_factor),
             None => "passed".into(),
         },
-        Status::RewardHack => format!("REWARD_HACK: {}", clip(first, 70)),
+        Status::RewardHack => format!("REWARD_HACK {code}: {}", clip(first, 60)),
         Status::Timeout => "timeout + process-group kill".into(),
         Status::CompileError => "import/build failed".into(),
         Status::InvalidReference => "judge failed (INVALID_REFERENCE)".into(),
-        Status::RuntimeError if log.contains("the candidate process") => {
-            "worker death contained (process split)".into()
-        }
-        Status::RuntimeError if log.contains("unreadable") => {
-            "judge-side output loading (torch.load weights_only)".into()
-        }
-        Status::RuntimeError => format!("runtime error: {}", clip(first, 60)),
+        Status::RuntimeError => match reason {
+            Some(Reason::CandidateDied) => "worker death contained (process split)".into(),
+            Some(Reason::OutputsUnreadable) => {
+                "judge-side output loading (torch.load weights_only)".into()
+            }
+            _ => format!("runtime error {code}: {}", clip(first, 50)),
+        },
         Status::IncorrectShape | Status::IncorrectNumerical | Status::IncorrectDtype => {
-            if log.contains("timed calls differ") {
-                "re-check of timed outputs".into()
-            } else if log.contains("expected a torch.Tensor") {
-                "exact torch.Tensor output check".into()
-            } else if log.contains("round ") {
-                "judge-side correctness rounds".into()
-            } else {
-                format!("judge: {}", clip(first, 60))
+            match reason {
+                Some(Reason::TimedOutputsDiffer) => "re-check of timed outputs".into(),
+                Some(Reason::OutputNotTensor) => "exact torch.Tensor output check".into(),
+                Some(
+                    Reason::NumericalMismatch
+                    | Reason::OutputShape
+                    | Reason::OutputDtype
+                    | Reason::OutputCount,
+                ) => "judge-side correctness rounds".into(),
+                _ => format!("judge {code}: {}", clip(first, 50)),
             }
         }
     }
@@ -1606,6 +1612,27 @@ fn limit_breaches(
     out
 }
 
+/// Traces that did not pass and name no specific `reason` code: no tool could tell which
+/// defence stopped them.
+fn unreasoned(traces: &[Trace]) -> Vec<String> {
+    traces
+        .iter()
+        .filter_map(|t| t.evaluation.as_ref().map(|e| (&t.workload.uuid, e)))
+        .filter(|(_, e)| {
+            e.status != Status::Passed && matches!(e.reason, None | Some(Reason::OtherRewardHack))
+        })
+        .map(|(uuid, e)| {
+            let code = e
+                .reason
+                .map_or_else(|| "none".to_string(), |r| r.to_string());
+            format!(
+                "workload {uuid}: {} with reason code `{code}`",
+                e.status.as_str()
+            )
+        })
+        .collect()
+}
+
 /// The case's `log_has` text when no trace log contains it (the limit it reports did not hold).
 fn missing_log(want: Option<&str>, traces: &[Trace]) -> Option<String> {
     let want = want?;
@@ -2031,6 +2058,34 @@ mod tests {
         assert!(said.contains("4096 MiB"), "{said}");
         assert!(forbidden_log(Some("MEMORY LIMIT BYPASSED"), &[held_nothing]).is_none());
         assert!(forbidden_log(None, &[]).is_none());
+    }
+
+    #[test]
+    fn a_stopped_workload_must_name_its_reason() {
+        let with = |status: &str, reason: Option<Reason>| {
+            let mut t = trace(status, 1.0);
+            if let Some(e) = t.evaluation.as_mut() {
+                e.reason = reason;
+            }
+            t
+        };
+        assert!(unreasoned(&[with("PASSED", None)]).is_empty());
+        assert!(unreasoned(&[with("REWARD_HACK", Some(Reason::DualClock))]).is_empty());
+        let none = unreasoned(&[with("RUNTIME_ERROR", None)]);
+        assert_eq!(none.len(), 1);
+        assert!(
+            none[0].contains("RUNTIME_ERROR with reason code `none`"),
+            "{none:?}"
+        );
+        let vague = unreasoned(&[with("REWARD_HACK", Some(Reason::OtherRewardHack))]);
+        assert!(vague[0].contains("`other_reward_hack`"), "{vague:?}");
+        // The table names the defence from the code, not from the log's words.
+        let died = with("RUNTIME_ERROR", Some(Reason::CandidateDied));
+        assert_eq!(caught_by(&died), "worker death contained (process split)");
+        let recheck = with("INCORRECT_NUMERICAL", Some(Reason::TimedOutputsDiffer));
+        assert_eq!(caught_by(&recheck), "re-check of timed outputs");
+        let hack = with("REWARD_HACK", Some(Reason::SamplesUnbound));
+        assert!(caught_by(&hack).starts_with("REWARD_HACK samples_unbound"));
     }
 
     #[test]

@@ -121,6 +121,8 @@ struct Case {
     /// allowed): the attempt is prevented instead of detected.
     #[serde(default)]
     expected_when_read_only: Option<String>,
+    /// The trace's `reason` code (null for PASSED; none where the read-only status applies).
+    reason: Option<String>,
 }
 
 /// Whether the candidate ran with a read-only filesystem view, as the trace's typed
@@ -166,11 +168,17 @@ fn every_fixture_gets_its_status_and_the_run_continues() {
         assert_eq!(traces.len(), 2, "{}: {} traces", c.case, traces.len());
         for t in &traces {
             let e = t.evaluation.as_ref().unwrap();
-            let expected = match &c.expected_when_read_only {
-                Some(x) if ran_read_only(e) => x,
-                _ => &c.expected,
+            let (expected, reason) = match &c.expected_when_read_only {
+                Some(x) if ran_read_only(e) => (x, None),
+                _ => (&c.expected, c.reason.as_deref()),
             };
             assert_eq!(e.status.as_str(), expected, "{}: log: {}", c.case, e.log);
+            assert_eq!(
+                e.reason.map(|r| r.to_string()).as_deref(),
+                reason,
+                "{}: the trace's reason code",
+                c.case
+            );
             assert_eq!(
                 e.correctness.is_some(),
                 e.status.has_correctness(),

@@ -46,12 +46,14 @@ pub use dtype::DType;
 pub use error::{ContractError, Location};
 pub use isolation::{IsolationReport, Layer, LayerState};
 pub use problem::{LoadedWorkload, Problem, load_definition, load_solution};
-pub use report::{Finding, Severity, Stage, StageStatus, Stages, ValidationReport, Verdict};
+pub use report::{
+    Finding, Severity, Stage, StageName, StageStatus, Stages, ValidationReport, Verdict,
+};
 pub use solution::{BuildSpec, CompileOptions, Solution, SourceFile};
 pub use trace::{
     BuildRecord, CandidateLaunch, CandidateStart, CheckFigures, CheckResult, ClockState,
-    Correctness, DeviceIdentity, Environment, Evaluation, NullableError, Performance, Retry,
-    RetryReason, Spread, Status, TimingMethod, Trace, Unverified, load_traces,
+    Correctness, DeviceIdentity, Environment, Evaluation, NullableError, Performance, Reason,
+    Retry, RetryReason, Spread, Status, TimingMethod, Trace, Unverified, load_traces,
 };
 pub use workload::{
     CodeDistanceMode, Generator, InputSpec, IntBound, MAX_TOLERANCE, NumericMode, OutputCheck,

@@ -437,6 +437,99 @@ pub struct Evaluation {
     /// on the first workload each candidate process evaluated).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub build: Option<BuildRecord>,
+    /// Why the workload did not pass, as a code tools match on (kernelgate addition; on every
+    /// status but PASSED in traces kernelgate writes). The log says the same in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<Reason>,
+}
+
+/// Why a workload did not pass: one code per check that can fail it. Tools (the red-team
+/// table, reports) read this, never the log's words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    // The solution did not build or run.
+    /// The solution's module did not build or import (COMPILE_ERROR).
+    BuildFailed,
+    /// The solution raised an exception.
+    CandidateRaised,
+    /// The candidate process died (a signal, an exit, a crash); the harness lived on.
+    CandidateDied,
+    /// The candidate did not finish within `--timeout`; its process group was killed.
+    Timeout,
+    /// The candidate process broke the worker protocol.
+    WorkerProtocol,
+    /// No candidate process could be had for the workload.
+    NoCandidate,
+    /// The candidate answered fewer rounds than it was asked.
+    ShortReply,
+    // The outputs.
+    /// Fewer or more outputs than the definition declares.
+    OutputCount,
+    /// An output is not a tensor.
+    OutputNotTensor,
+    /// An output's shape differs from the reference's.
+    OutputShape,
+    /// An output's dtype differs from the reference's.
+    OutputDtype,
+    /// An output's values are outside the tolerance (or the workload's checks).
+    NumericalMismatch,
+    /// The candidate's handed-over outputs could not be read.
+    OutputsUnreadable,
+    /// Outputs the judge asked for were not handed over.
+    OutputsMissing,
+    /// The outputs of the timed calls, sampled after timing, differ from the reference
+    /// although the untimed rounds matched.
+    TimedOutputsDiffer,
+    // Reward hacks.
+    /// An output is a torch.Tensor subclass.
+    OutputSubclass,
+    /// An output shares storage with an input.
+    OutputAliasesInput,
+    /// The solution changed the harness (its timer, its functions, its state).
+    HarnessTampered,
+    /// The solution started threads during the timed calls (work moved off the timed path).
+    TimedThreads,
+    /// The solution asked for a timed input set out of turn.
+    SealedKeyOrder,
+    /// The timing samples are not one per timed call handed out.
+    SamplesUnbound,
+    /// The candidate's reported time falls short of the parent's wall clock (twice).
+    DualClock,
+    /// A PASSED latency below the workload's speed-of-light bound.
+    FasterThanSol,
+    /// The candidate changed the problem directory.
+    ProblemDirChanged,
+    /// The candidate reported a reward hack in a form this harness version does not name.
+    OtherRewardHack,
+    // The harness and the reference.
+    /// The reference failed to load or run (INVALID_REFERENCE).
+    ReferenceFailed,
+    /// The judge's reference timing is not bound to its timed calls.
+    ReferenceTimingUnbound,
+    /// The judge failed while checking outputs.
+    JudgeFailed,
+    /// The judge's round inputs differ from the draws it announced.
+    DrawsMismatch,
+    /// Timing produced no samples.
+    NoSamples,
+}
+
+impl Reason {
+    /// The code spelled `s` (a worker's reply), if it is one.
+    pub fn parse(s: &str) -> Option<Reason> {
+        serde_json::from_value(serde_json::Value::String(s.to_string())).ok()
+    }
+}
+
+impl std::fmt::Display for Reason {
+    /// The snake_case spelling used in traces.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match serde_json::to_value(self) {
+            Ok(serde_json::Value::String(s)) => f.write_str(&s),
+            _ => write!(f, "{self:?}"),
+        }
+    }
 }
 
 /// A compiled solution's module, as kernelgate's builder made it (never the candidate): built

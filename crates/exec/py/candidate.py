@@ -452,7 +452,8 @@ def _storages(vals):
 
 
 def _reward_hack(outs, inputs):
-    """A message if the outputs are not plain torch.Tensors or share storage with an input."""
+    """(reason, message) if the outputs are not plain torch.Tensors or share storage with an
+    input (the reason is a trace `reason` code), else None."""
     import torch
 
     if not isinstance(outs, list):
@@ -460,9 +461,10 @@ def _reward_hack(outs, inputs):
     ins = _storages(inputs)
     for i, o in enumerate(outs):
         if isinstance(o, torch.Tensor) and type(o) is not torch.Tensor:
-            return f"output {i} is a {type(o).__module__}.{type(o).__qualname__}, a torch.Tensor subclass (only plain torch.Tensor outputs are accepted)"
+            return ("output_subclass",
+                    f"output {i} is a {type(o).__module__}.{type(o).__qualname__}, a torch.Tensor subclass (only plain torch.Tensor outputs are accepted)")
         if type(o) is torch.Tensor and o.numel() > 0 and _storages([o]) & ins:
-            return f"output {i} shares storage with an input (outputs must not alias inputs)"
+            return ("output_aliases_input", f"output {i} shares storage with an input (outputs must not alias inputs)")
     return None
 
 
@@ -527,7 +529,7 @@ def _run_round(req):
     t3 = time.perf_counter()
     ms["save"] = (t3 - t2) * 1e3
     if hack:
-        return {"result": "ok", "reward_hack": hack}, None
+        return {"result": "ok", "reward_hack": hack[1], "reward_hack_reason": hack[0]}, None
     # Where a round's time goes (diagnostic only: the parent logs it, never decides on it).
     reply = {"result": "ok", "ms": ms}
     if req.get("digest"):
@@ -660,7 +662,8 @@ def op_time(req):
         return kg.error_reply("protocol", "`time` before `time_sets`")
     tampered = _tampered()
     if tampered:
-        return {"result": "ok", "reward_hack": f"the solution tampered with the harness before timing: {tampered}"}
+        return {"result": "ok", "reward_hack": f"the solution tampered with the harness before timing: {tampered}",
+                "reward_hack_reason": "harness_tampered"}
     sets = t["sets"]
     base_threads = threading.active_count()
     seen = {"threads": base_threads}
@@ -687,7 +690,7 @@ def op_time(req):
         if "hack" not in seen:
             hack = _reward_hack(o, a[0])
             if hack:
-                seen["hack"] = f"timed call {i}: {hack}"
+                seen["hack"] = (hack[0], f"timed call {i}: {hack[1]}")
         if t["stash"] is not None and isinstance(o, list):
             store[i] = kg.stash_outputs(o, t["stash"][i])
         # Last, so nothing of the solution's runs between this check and opening the next set.
@@ -714,12 +717,14 @@ def op_time(req):
     tampered = seen.get("tamper") or _tampered()
     if tampered:
         reply["reward_hack"] = f"the solution tampered with the harness while timed: {tampered}"
+        reply["reward_hack_reason"] = "harness_tampered"
     elif seen["threads"] > base_threads:
         reply["reward_hack"] = (
             f"the solution started threads during timed calls ({base_threads} Python threads before, "
             f"{seen['threads']} during): work moved off the timed path")
+        reply["reward_hack_reason"] = "timed_threads"
     elif "hack" in seen:
-        reply["reward_hack"] = seen["hack"]
+        reply["reward_hack_reason"], reply["reward_hack"] = seen["hack"]
     return reply
 
 
@@ -737,7 +742,8 @@ def op_time_save(req):
     STATE["timed"] = None
     handed = _hand_over(picked, req)
     if tampered:
-        return {"result": "ok", "reward_hack": f"the solution tampered with the harness: {tampered}"}
+        return {"result": "ok", "reward_hack": f"the solution tampered with the harness: {tampered}",
+                "reward_hack_reason": "harness_tampered"}
     return {"result": "ok", **handed}
 
 

@@ -358,19 +358,19 @@ def _invalid(outs, ref):
     names = list(d["outputs"].keys())
     if not isinstance(outs, list) or len(outs) != len(names):
         n = len(outs) if isinstance(outs, list) else "a non-list"
-        return {"status": "INCORRECT_SHAPE", "message": f"the candidate returned {n} output(s), expected {len(names)} ({', '.join(names)})"}
+        return {"status": "INCORRECT_SHAPE", "reason": "output_count", "message": f"the candidate returned {n} output(s), expected {len(names)} ({', '.join(names)})"}
     for n, o in zip(names, outs):
         if isinstance(o, str) and o.startswith("kg:reward_hack:"):
-            return {"status": "REWARD_HACK", "message": f"output `{n}` is a torch.Tensor subclass ({o[len('kg:reward_hack:'):]}); only plain torch.Tensor outputs are accepted"}
+            return {"status": "REWARD_HACK", "reason": "output_subclass", "message": f"output `{n}` is a torch.Tensor subclass ({o[len('kg:reward_hack:'):]}); only plain torch.Tensor outputs are accepted"}
     for n, o, r in zip(names, outs, ref):
         if type(o) is not torch.Tensor and not isinstance(o, kg.ForeignTensor):
-            return {"status": "INCORRECT_SHAPE", "message": f"output `{n}` is a {type(o).__name__}, expected a torch.Tensor"}
+            return {"status": "INCORRECT_SHAPE", "reason": "output_not_tensor", "message": f"output `{n}` is a {type(o).__name__}, expected a torch.Tensor"}
         if o.shape != r.shape:
-            return {"status": "INCORRECT_SHAPE", "message": f"output `{n}` has shape {list(o.shape)}, expected {list(r.shape)}"}
+            return {"status": "INCORRECT_SHAPE", "reason": "output_shape", "message": f"output `{n}` has shape {list(o.shape)}, expected {list(r.shape)}"}
     for n, o, r in zip(names, outs, ref):
         got = o.dtype_name if isinstance(o, kg.ForeignTensor) else kg.dtype_name(o.dtype)
         if got != kg.dtype_name(r.dtype):
-            return {"status": "INCORRECT_DTYPE", "message": f"output `{n}` has dtype {got}, expected {kg.dtype_name(r.dtype)}"}
+            return {"status": "INCORRECT_DTYPE", "reason": "output_dtype", "message": f"output `{n}` has dtype {got}, expected {kg.dtype_name(r.dtype)}"}
     return None
 
 
@@ -467,6 +467,7 @@ def compare_many(pairs, tol, inputs=None):
         res["status"] = "INCORRECT_NUMERICAL" if fail else "PASSED"
         if fail:
             res["message"] = fail
+            res["reason"] = "numerical_mismatch"
         results.append(res)
         if fail:
             return results
@@ -763,6 +764,7 @@ def compare_checks(pairs, checks, inputs=None):
         res["status"] = "INCORRECT_NUMERICAL" if fail else "PASSED"
         if fail:
             res["message"] = fail
+            res["reason"] = "numerical_mismatch"
         results.append(res)
         if fail:
             return results
@@ -887,10 +889,10 @@ def op_check_rounds(req):
     except HandoverFailed as e:
         return {"result": "ok", "handover_failed": str(e)}
     except Exception as e:
-        return {"result": "ok", "results": [{"status": "RUNTIME_ERROR", "message": f"candidate outputs unreadable: {type(e).__name__}: {e}"}]}
+        return {"result": "ok", "results": [{"status": "RUNTIME_ERROR", "reason": "outputs_unreadable", "message": f"candidate outputs unreadable: {type(e).__name__}: {e}"}]}
     if not isinstance(got, list) or len(got) != len(rounds):
         n = len(got) if isinstance(got, list) else "no list of"
-        return {"result": "ok", "results": [{"status": "RUNTIME_ERROR", "message": f"the candidate handed over {n} round output(s), {len(rounds)} expected"}]}
+        return {"result": "ok", "results": [{"status": "RUNTIME_ERROR", "reason": "outputs_missing", "message": f"the candidate handed over {n} round output(s), {len(rounds)} expected"}]}
     t1 = time.perf_counter()
     kept_in = STATE.get("ref_round_inputs") or {}
     results = compare_many([(outs, kept[r]) for r, outs in zip(rounds, got)], req["tolerance"],
@@ -1097,13 +1099,13 @@ def op_check_timed(req):
     except HandoverFailed as e:
         return {"result": "ok", "handover_failed": str(e)}
     except Exception as e:
-        return {"result": "ok", "status": "RUNTIME_ERROR", "message": f"timed outputs unreadable: {type(e).__name__}: {e}"}
+        return {"result": "ok", "status": "RUNTIME_ERROR", "reason": "outputs_unreadable", "message": f"timed outputs unreadable: {type(e).__name__}: {e}"}
     if not isinstance(got, list) or len(got) != len(t["picked"]):
-        return {"result": "ok", "status": "RUNTIME_ERROR", "message": "timed outputs do not match the sampled calls"}
+        return {"result": "ok", "status": "RUNTIME_ERROR", "reason": "outputs_missing", "message": "timed outputs do not match the sampled calls"}
     pairs = []
     for i, outs, ref in zip(t["picked"], got, t["refs"]):
         if not isinstance(outs, list):
-            return {"result": "ok", "status": "INCORRECT_NUMERICAL", "message": f"timed call {i}: no outputs kept"}
+            return {"result": "ok", "status": "INCORRECT_NUMERICAL", "reason": "outputs_missing", "message": f"timed call {i}: no outputs kept"}
         pairs.append((outs, ref))
     STATE["timed"] = None
     worst = None

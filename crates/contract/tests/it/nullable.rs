@@ -32,6 +32,7 @@ fn eval(status: Status, correctness: bool, performance: bool) -> Evaluation {
         retried: None,
         candidate_start: None,
         build: None,
+        reason: None,
     }
 }
 

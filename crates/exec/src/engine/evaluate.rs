@@ -2,6 +2,25 @@
 
 use super::*;
 
+/// The candidate process of one evaluation, and what its start left for its first trace.
+#[derive(Default)]
+struct CandidateSlot {
+    worker: Option<Worker>,
+    started: Option<CandidateStart>,
+    built: Option<kg_contract::BuildRecord>,
+    /// The solution's build failure: every workload gets it.
+    compile_failure: Option<(Status, String)>,
+}
+
+/// What a trace records of one workload's run beside its outcome.
+#[derive(Default)]
+struct WorkloadRun {
+    wall_s: Option<f64>,
+    retried: Option<Retry>,
+    candidate_start: Option<CandidateStart>,
+    build: Option<kg_contract::BuildRecord>,
+}
+
 impl Session {
     /// Evaluates `sol` on the given workloads of `problem`, calling `on_event` as it goes.
     /// See [`Session::evaluate_sealed`] for the traces to write down and the problem's hash.
@@ -95,6 +114,7 @@ impl Session {
                 if let Some(ev) = t.evaluation.as_mut() {
                     ev.log = bounded_log(format!("{msg}\n{}", ev.log));
                     ev.status = Status::RewardHack;
+                    ev.reason = Some(Reason::ProblemDirChanged);
                     ev.correctness = None;
                     ev.performance = None;
                 }
@@ -125,12 +145,7 @@ impl Session {
             });
         }
         let mut traces = Vec::new();
-        // The candidate must not write the problem directory (planted modules, changed data).
-        let problem_snapshot = before;
-        let mut candidate: Option<Worker> = None;
-        let mut started: Option<CandidateStart> = None;
-        let mut built: Option<kg_contract::BuildRecord> = None;
-        let mut compile_failure: Option<(Status, String)> = None;
+        let mut slot = CandidateSlot::default();
         let total = workloads.len();
         // The candidate's interpreter starts while the judge starts or loads the reference
         // (nothing is timed before the first workload; nothing of the candidate's runs before
@@ -150,130 +165,172 @@ impl Session {
                 index,
                 total,
             });
-            let mut wall_s = None;
-            let mut retried = None;
-            let mut candidate_start = None;
-            let mut build = None;
+            let mut run = WorkloadRun::default();
             let outcome = match self.ensure_judge(problem)? {
                 Err(msg) => Outcome::fail(
                     Status::InvalidReference,
+                    Reason::ReferenceFailed,
                     format!("the reference could not be loaded: {msg}"),
                 ),
                 Ok(()) => {
-                    if let Some((st, log)) = &compile_failure {
-                        Outcome::fail(*st, log.clone())
-                    } else {
-                        if candidate.as_ref().is_none_or(Worker::is_dead) {
-                            if let Some(c) = candidate.take() {
-                                c.shutdown();
-                                on_event(Event::Notice(format!(
-                                    "{}: starting a fresh candidate process for `{}`",
-                                    problem.definition.name, sol.name
-                                )));
-                            }
-                            match self.start_candidate(sol, total - index)? {
-                                Ok(StartedCandidate {
-                                    worker: mut c,
-                                    start,
-                                    build: b,
-                                }) => {
-                                    built = b;
-                                    if self.opts.require_sandbox {
-                                        let report = c.isolation.clone().unwrap_or_default();
-                                        if !report.missing().is_empty() {
-                                            c.kill();
-                                            return Err(ExecError::SandboxIncomplete {
-                                                missing: report.missing_detail(),
-                                            });
-                                        }
-                                    }
-                                    started = Some(start);
-                                    candidate = Some(c);
-                                }
-                                Err(f) => compile_failure = Some(f),
-                            }
+                    self.ensure_candidate(problem, sol, &mut slot, total - index, on_event)?;
+                    match (&slot.worker, &slot.compile_failure) {
+                        (_, Some((st, log))) => {
+                            Outcome::fail(*st, Reason::BuildFailed, log.clone())
                         }
-                        match (&mut candidate, &compile_failure) {
-                            (Some(c), None) => {
-                                let t = Instant::now();
-                                let mut o =
-                                    self.run_workload_retrying(problem, w, c, &mut retried)?;
-                                let wall = t.elapsed().as_secs_f64();
-                                wall_s = Some(wall);
-                                if !o.log.is_empty() && !o.log.ends_with('\n') {
-                                    o.log.push('\n');
-                                }
-                                o.log
-                                    .push_str(&format!("harness: workload wall {wall:.3} s\n"));
-                                let i = c.isolation.clone().unwrap_or_default();
-                                o.log
-                                    .push_str(&format!("harness: candidate {}\n", i.summary()));
-                                if let Some(st) = started.take() {
-                                    o.log.push_str(&format!(
-                                        "harness: candidate ready {:.3} s after it was asked for ({}; its process found ready {:.3} s after it started), solution loaded in {:.3} s; first workload evaluated {:.3} s after the candidate process started\n",
-                                        st.ready_s,
-                                        match st.started {
-                                            CandidateLaunch::WhenAsked => "started when asked for",
-                                            CandidateLaunch::EvaluationStart =>
-                                                "started as its evaluation began",
-                                            CandidateLaunch::EarlierEvaluation =>
-                                                "started while an earlier evaluation ran",
-                                        },
-                                        st.process_s,
-                                        st.load_s,
-                                        c.started.elapsed().as_secs_f64()
-                                    ));
-                                    candidate_start = Some(st);
-                                    build = built.take();
-                                }
-                                o
-                            }
-                            (_, Some((st, log))) => Outcome::fail(*st, log.clone()),
-                            (None, None) => Outcome::fail(
-                                Status::RuntimeError,
-                                "no candidate process".to_string(),
-                            ),
+                        (Some(_), None) => {
+                            self.candidate_workload(problem, w, &mut slot, &mut run)?
                         }
+                        (None, None) => Outcome::fail(
+                            Status::RuntimeError,
+                            Reason::NoCandidate,
+                            "no candidate process".to_string(),
+                        ),
                     }
                 }
             };
-            let outcome = guard_problem_dir(&problem.dir, problem_snapshot, outcome);
+            // The candidate must not write the problem directory (planted modules, changed
+            // data).
+            let outcome = guard_problem_dir(&problem.dir, before, outcome);
             let outcome = match &self.opts.sol_floor {
                 Some(f) => f.check(&problem.definition.name, &w.workload.uuid, outcome),
                 None => outcome,
             };
-            let mut env = self.environment_now();
-            env.isolation = candidate
-                .as_ref()
-                .map(|c| c.isolation.clone().unwrap_or_default());
-            env.unverified = unverified_paths(&self.opts.device, sol);
-            let trace = Trace {
-                definition: problem.definition.name.clone(),
-                solution: Some(sol.name.clone()),
-                workload: w.workload.clone(),
-                evaluation: Some(Evaluation {
-                    status: outcome.status,
-                    log: bounded_log(outcome.log),
-                    correctness: outcome.correctness,
-                    performance: outcome.performance,
-                    environment: env,
-                    timestamp: now_iso(),
-                    wall_s,
-                    retried,
-                    candidate_start,
-                    build,
-                }),
-                // Chained and sealed by the writer, once the candidate is gone.
-                kernelgate_chain: None,
-            };
+            let trace = self.trace_of(problem, sol, w, slot.worker.as_ref(), outcome, run);
             on_event(Event::WorkloadFinished(Box::new(trace.clone())));
             traces.push(trace);
         }
-        if let Some(c) = candidate.take() {
+        if let Some(c) = slot.worker.take() {
             c.shutdown();
         }
         // The directory is checked again by `evaluate_sealed`, now that the candidate is gone.
         Ok(traces)
+    }
+
+    /// Starts the evaluation's candidate process when it has none or it died (a solution that
+    /// failed to build leaves its failure in the slot instead).
+    fn ensure_candidate(
+        &mut self,
+        problem: &Problem,
+        sol: &Solution,
+        slot: &mut CandidateSlot,
+        remaining: usize,
+        on_event: &mut dyn FnMut(Event),
+    ) -> Result<(), ExecError> {
+        if slot.compile_failure.is_some() || !slot.worker.as_ref().is_none_or(Worker::is_dead) {
+            return Ok(());
+        }
+        if let Some(c) = slot.worker.take() {
+            c.shutdown();
+            on_event(Event::Notice(format!(
+                "{}: starting a fresh candidate process for `{}`",
+                problem.definition.name, sol.name
+            )));
+        }
+        match self.start_candidate(sol, remaining)? {
+            Ok(StartedCandidate {
+                worker: mut c,
+                start,
+                build,
+            }) => {
+                slot.built = build;
+                if self.opts.require_sandbox {
+                    let report = c.isolation.clone().unwrap_or_default();
+                    if !report.missing().is_empty() {
+                        c.kill();
+                        return Err(ExecError::SandboxIncomplete {
+                            missing: report.missing_detail(),
+                        });
+                    }
+                }
+                slot.started = Some(start);
+                slot.worker = Some(c);
+            }
+            Err(f) => slot.compile_failure = Some(f),
+        }
+        Ok(())
+    }
+
+    /// One workload in the slot's candidate process, with the log lines about its wall time,
+    /// its isolation and (on the candidate's first workload) its start.
+    fn candidate_workload(
+        &mut self,
+        problem: &Problem,
+        w: &LoadedWorkload,
+        slot: &mut CandidateSlot,
+        run: &mut WorkloadRun,
+    ) -> Result<Outcome, ExecError> {
+        let Some(c) = slot.worker.as_mut() else {
+            return Ok(Outcome::fail(
+                Status::RuntimeError,
+                Reason::NoCandidate,
+                "no candidate process",
+            ));
+        };
+        let t = Instant::now();
+        let mut o = self.run_workload_retrying(problem, w, c, &mut run.retried)?;
+        let wall = t.elapsed().as_secs_f64();
+        run.wall_s = Some(wall);
+        if !o.log.is_empty() && !o.log.ends_with('\n') {
+            o.log.push('\n');
+        }
+        o.log
+            .push_str(&format!("harness: workload wall {wall:.3} s\n"));
+        let i = c.isolation.clone().unwrap_or_default();
+        o.log
+            .push_str(&format!("harness: candidate {}\n", i.summary()));
+        if let Some(st) = slot.started.take() {
+            o.log.push_str(&format!(
+                "harness: candidate ready {:.3} s after it was asked for ({}; its process found ready {:.3} s after it started), solution loaded in {:.3} s; first workload evaluated {:.3} s after the candidate process started\n",
+                st.ready_s,
+                match st.started {
+                    CandidateLaunch::WhenAsked => "started when asked for",
+                    CandidateLaunch::EvaluationStart => "started as its evaluation began",
+                    CandidateLaunch::EarlierEvaluation => "started while an earlier evaluation ran",
+                },
+                st.process_s,
+                st.load_s,
+                c.started.elapsed().as_secs_f64()
+            ));
+            run.candidate_start = Some(st);
+            run.build = slot.built.take();
+        }
+        Ok(o)
+    }
+
+    /// The trace of workload `w` with `outcome`, in the environment as it is now.
+    fn trace_of(
+        &mut self,
+        problem: &Problem,
+        sol: &Solution,
+        w: &LoadedWorkload,
+        candidate: Option<&Worker>,
+        outcome: Outcome,
+        run: WorkloadRun,
+    ) -> Trace {
+        let mut env = self.environment_now();
+        env.isolation = candidate.map(|c| c.isolation.clone().unwrap_or_default());
+        env.unverified = unverified_paths(&self.opts.device, sol);
+        Trace {
+            definition: problem.definition.name.clone(),
+            solution: Some(sol.name.clone()),
+            workload: w.workload.clone(),
+            evaluation: Some(Evaluation {
+                status: outcome.status,
+                reason: outcome.reason,
+                log: bounded_log(outcome.log),
+                correctness: outcome.correctness,
+                performance: outcome.performance,
+                environment: env,
+                timestamp: now_iso(),
+                wall_s: run.wall_s,
+                retried: run.retried,
+                candidate_start: run.candidate_start,
+                build: run.build,
+            }),
+            // Chained and sealed by the writer, once the candidate is gone.
+            kernelgate_chain: None,
+        }
     }
 
     /// Whether the fault `kind` is to be injected now: test builds read `KG_TEST_FAULT`

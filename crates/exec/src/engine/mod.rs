@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use indexmap::IndexMap;
 use kg_contract::{
     CandidateLaunch, CandidateStart, ClockState, Correctness, Environment, Evaluation,
-    LoadedWorkload, Performance, Problem, Retry, RetryReason, Solution, SourceFile, Status,
+    LoadedWorkload, Performance, Problem, Reason, Retry, RetryReason, Solution, SourceFile, Status,
     TimingMethod, Trace,
 };
 use serde_json::{Value, json};
@@ -35,6 +35,7 @@ mod evaluate;
 mod judge;
 mod options;
 mod outcome;
+mod rounds;
 mod timed;
 mod timing;
 mod workload;

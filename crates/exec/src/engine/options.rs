@@ -142,7 +142,7 @@ impl SolFloor {
             "speed-of-light floor: latency {:.6} ms is below T_SOL = {t_sol:.6} ms for this workload (from `{}`); faster than the hardware allows, so the timing was fooled or the bound is wrong\n{}",
             p.latency_ms, self.source, outcome.log
         );
-        Outcome::fail(Status::RewardHack, msg)
+        Outcome::fail(Status::RewardHack, Reason::FasterThanSol, msg)
     }
 }
 

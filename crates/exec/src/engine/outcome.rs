@@ -4,6 +4,8 @@ use super::*;
 
 pub(super) struct Outcome {
     pub(super) status: Status,
+    /// Why it did not pass (None for PASSED).
+    pub(super) reason: Option<Reason>,
     pub(super) log: String,
     pub(super) correctness: Option<Correctness>,
     pub(super) performance: Option<Performance>,
@@ -13,9 +15,10 @@ pub(super) struct Outcome {
 }
 
 impl Outcome {
-    pub(super) fn fail(status: Status, log: impl Into<String>) -> Self {
+    pub(super) fn fail(status: Status, reason: Reason, log: impl Into<String>) -> Self {
         Outcome {
             status,
+            reason: Some(reason),
             log: log.into(),
             correctness: None,
             performance: None,
@@ -41,12 +44,48 @@ pub(super) fn replies_of(v: &Value, key: &str) -> Vec<Value> {
 /// The outcome for a batch request answered for `got` of its `want` rounds (`who_did`: "the
 /// judge prepared"), or None when every round was answered.
 pub(super) fn short_batch(
-    status: Status,
+    (status, reason): (Status, Reason),
     who_did: &str,
     got: usize,
     want: usize,
 ) -> Option<Outcome> {
-    (got != want).then(|| Outcome::fail(status, format!("{who_did} {got} of {want} round(s)")))
+    (got != want).then(|| {
+        Outcome::fail(
+            status,
+            reason,
+            format!("{who_did} {got} of {want} round(s)"),
+        )
+    })
+}
+
+/// The reason of a reward hack a worker's reply `v` reports (`reward_hack_reason`).
+pub(super) fn hack_reason(v: &Value) -> Reason {
+    v.get("reward_hack_reason")
+        .and_then(Value::as_str)
+        .and_then(Reason::parse)
+        .unwrap_or(Reason::OtherRewardHack)
+}
+
+/// The reason of the judge's check result `res` with `status` (its `reason`, else the one
+/// the status implies).
+pub(super) fn check_reason(res: &Value, status: Status) -> Reason {
+    if let Some(r) = res
+        .get("reason")
+        .and_then(Value::as_str)
+        .and_then(Reason::parse)
+    {
+        return r;
+    }
+    match status {
+        Status::IncorrectShape => Reason::OutputShape,
+        Status::IncorrectDtype => Reason::OutputDtype,
+        Status::IncorrectNumerical => Reason::NumericalMismatch,
+        Status::RewardHack => Reason::OtherRewardHack,
+        Status::CompileError => Reason::BuildFailed,
+        Status::Timeout => Reason::Timeout,
+        Status::InvalidReference => Reason::ReferenceFailed,
+        Status::RuntimeError | Status::Passed => Reason::JudgeFailed,
+    }
 }
 
 /// Byte budget of one batch of correctness rounds: each round counts its inputs and twice its
@@ -193,8 +232,8 @@ pub(super) enum Timed {
 }
 
 impl Timed {
-    pub(super) fn fail(status: Status, log: impl Into<String>) -> Self {
-        Self::failed(Outcome::fail(status, log))
+    pub(super) fn fail(status: Status, reason: Reason, log: impl Into<String>) -> Self {
+        Self::failed(Outcome::fail(status, reason, log))
     }
 
     /// A failed timed phase with `outcome` and no check reply.
@@ -255,7 +294,7 @@ pub(super) fn guard_problem_dir(
     };
     msg.push('\n');
     msg.push_str(&outcome.log);
-    Outcome::fail(Status::RewardHack, msg)
+    Outcome::fail(Status::RewardHack, Reason::ProblemDirChanged, msg)
 }
 
 pub(super) enum JudgeFail {

@@ -144,6 +144,7 @@ fn sol_floor_turns_only_passed_latencies_below_t_sol_into_reward_hack() {
     };
     let passed = |latency_ms: f64| Outcome {
         status: Status::Passed,
+        reason: None,
         log: "timing log\n".into(),
         correctness: None,
         performance: Some(Performance {
@@ -175,7 +176,7 @@ fn sol_floor_turns_only_passed_latencies_below_t_sol_into_reward_hack() {
         Status::Passed
     );
     assert_eq!(floor.check("e", "w", passed(0.004)).status, Status::Passed);
-    let failed = Outcome::fail(Status::IncorrectNumerical, "x");
+    let failed = Outcome::fail(Status::IncorrectNumerical, Reason::NumericalMismatch, "x");
     assert_eq!(
         floor.check("d", "w", failed).status,
         Status::IncorrectNumerical

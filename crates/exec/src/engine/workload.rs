@@ -1,6 +1,26 @@
 //! One workload: correctness rounds, hand-over checks and the trace's figures.
 
 use super::*;
+use rounds::RoundsCx;
+
+/// What the log says about a workload whose timing passed.
+struct TimingLog<'a> {
+    /// The candidate's and the reference's timing replies.
+    tr: &'a Value,
+    rr: &'a Value,
+    /// Each side's reported timed time, summed (ms).
+    sums_ms: (f64, f64),
+    iterations: u32,
+    rounds: u32,
+    /// Seconds in the correctness rounds, and in the reference's timing.
+    phases_s: (f64, f64),
+    wall_ms: f64,
+    st: &'a rounds::Rounds,
+    cs: &'a kg_contract::Spread,
+    /// Whether the candidate's latency was raised from its median to mean / ratio.
+    c_raised: bool,
+    cupti_note: Option<String>,
+}
 
 impl Session {
     pub(super) fn candidate_call(
@@ -23,16 +43,17 @@ impl Session {
         match cand.request_with(req, deadline, &self.cancel, on_aside) {
             Ok(r) if reply_ok(&r) => Ok(Ok(r)),
             Ok(r) => {
-                let status = match reply_kind(&r) {
-                    "runtime" | "exception" => Status::RuntimeError,
-                    "compile" => Status::CompileError,
-                    _ => Status::RuntimeError,
+                let (status, reason) = match reply_kind(&r) {
+                    "runtime" | "exception" => (Status::RuntimeError, Reason::CandidateRaised),
+                    "compile" => (Status::CompileError, Reason::BuildFailed),
+                    _ => (Status::RuntimeError, Reason::WorkerProtocol),
                 };
-                Ok(Err(Outcome::fail(status, reply_message(&r))))
+                Ok(Err(Outcome::fail(status, reason, reply_message(&r))))
             }
             Err(WorkerError::Cancelled) => Err(ExecError::Cancelled),
             Err(WorkerError::Timeout { seconds }) => Ok(Err(Outcome::fail(
                 Status::Timeout,
+                Reason::Timeout,
                 format!(
                     "the candidate did not finish within --timeout ({:.0} s for the workload; waited {seconds:.1} s in this call); its process group was killed",
                     self.opts.timeout.as_secs_f64()
@@ -40,10 +61,12 @@ impl Session {
             ))),
             Err(WorkerError::Died { how }) => Ok(Err(Outcome::fail(
                 Status::RuntimeError,
+                Reason::CandidateDied,
                 format!("the candidate process {how}"),
             ))),
             Err(e) => Ok(Err(Outcome::fail(
                 Status::RuntimeError,
+                Reason::WorkerProtocol,
                 format!("candidate worker: {e}"),
             ))),
         }
@@ -65,253 +88,40 @@ impl Session {
             }
             _ => "files".into(),
         };
-        // v1: the tolerance; v2: the workload's checks (never the v1 defaults).
-        let tol_json = w.workload.judge_policy();
-        let outputs = Self::output_specs(problem, w);
         let rounds = self.opts.rounds.max(1);
-        let mut figs = Figures::new();
-        let mut pending = None;
-        let mut last_in = Value::Null;
-        let mut costs = RoundCosts::default();
-        // Round inputs that are random, scalar or custom (the problem's own generator) are drawn
-        // by the candidate from the round's seed (no bytes move): the judge announces the draws
-        // first, and each batch then runs in the candidate while the judge prepares it (neither
-        // is timed). Round 0's bytes are compared on both sides; when they differ, or the
-        // candidate could not draw them, the rounds restart with inputs as files, written by
-        // the judge before each batch runs.
-        let mut round_inputs = "files (an input is read from a file)";
-        let mut draws = self.round_draws(w, rounds, deadline)?;
         let method = self.opts.timing_method();
         let method_name = serde_json::to_value(method)
             .ok()
             .and_then(|v| v.as_str().map(str::to_string))
             .unwrap_or_default();
-        // The judge's preparation of the timed sets, asked right after the last batch's rounds
-        // while the candidate still runs that batch (the judge waits on it otherwise).
-        let mut early_timed = None;
-        let per_batch = rounds_per_batch(problem, w);
-        let mut batches = 0u32;
-        let mut overlapped = 0u32;
-        let mut next = 0u32;
-        while next < rounds {
-            let batch: Vec<u32> = (next..rounds.min(next + per_batch)).collect();
-            batches += 1;
-            let out = xfer.outputs.join(format!("out_{}.bin", batch[0]));
-            let ins: Vec<PathBuf> = batch
-                .iter()
-                .map(|r| xfer.inputs.join(format!("in_{r}.pt")))
-                .collect();
-            let generate = draws.is_some();
-            let device_out = self.device_out(cand);
-            let reqs: Vec<Value> = batch
-                .iter()
-                .zip(&ins)
-                .map(|(&round, inp)| {
-                    let mut req = self.prepare_request(problem, w, round, inp);
-                    req["generate"] = json!(generate);
-                    req["digest"] = json!(generate && round == 0);
-                    req
-                })
-                .collect();
-            let req = json!({"op": "prepare_rounds", "rounds": reqs});
-            let run_of = |inputs: &[Value]| {
-                let runs: Vec<Value> = batch
-                    .iter()
-                    .zip(inputs)
-                    .map(|(&round, input)| {
-                        json!({"round": round, "in": input, "outputs": outputs,
-                               "digest": generate && round == 0})
-                    })
-                    .collect();
-                json!({"op": "run_rounds", "runs": runs, "out": out, "device_out": device_out})
-            };
-            let drawn: Option<Vec<Value>> = draws.as_ref().map(|d| {
-                batch
-                    .iter()
-                    .filter_map(|&r| d.get(r as usize).cloned())
-                    .collect()
-            });
-            let (r, judge_took, early_run) = match &drawn {
-                Some(inputs) => {
-                    let run = run_of(inputs);
-                    let mut jreqs = vec![req];
-                    if next + batch.len() as u32 >= rounds {
-                        jreqs.push(self.prepare_timed_request(w, xfer, &method_name, true));
-                    }
-                    let (rs, c) = self.judge_requests_during(&jreqs, deadline, |s| {
-                        let t = Instant::now();
-                        (s.candidate_call(cand, &run, deadline), t.elapsed())
-                    });
-                    let mut rs = rs.into_iter();
-                    let (r, took) = rs.next().unwrap_or((
-                        Err(JudgeFail::Other("the judge was not asked".into())),
-                        Duration::ZERO,
-                    ));
-                    early_timed = rs.next().map(|(t, _)| t);
-                    overlapped += 1;
-                    (r, took, Some(c))
-                }
-                None => {
-                    let t = Instant::now();
-                    let r = self.judge_request(&req, deadline);
-                    (r, t.elapsed(), None)
-                }
-            };
-            let r = match r {
-                Ok(r) if reply_ok(&r) => r,
-                Ok(r) => {
-                    return Ok(Outcome::fail(Status::InvalidReference, reply_message(&r)));
-                }
-                Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
-                Err(JudgeFail::Other(m)) => {
-                    return Ok(Outcome::fail(
-                        Status::InvalidReference,
-                        format!("the reference failed: {m}"),
-                    ));
-                }
-            };
-            let replies = replies_of(&r, "replies");
-            costs.add_ms("judge prepare", judge_took.as_secs_f64() * 1e3, &replies);
-            if let Some(bad) = replies.iter().find(|r| !reply_ok(r)) {
-                return Ok(Outcome::fail(Status::InvalidReference, reply_message(bad)));
-            }
-            if let Some(o) = short_batch(
-                Status::InvalidReference,
-                "the judge prepared",
-                replies.len(),
-                batch.len(),
-            ) {
-                return Ok(o);
-            }
-            let mut inputs: Vec<Value> = replies
-                .iter()
-                .zip(&ins)
-                .map(|(r, inp)| {
-                    r.get("input")
-                        .filter(|v| v.is_object())
-                        .cloned()
-                        .unwrap_or_else(|| json!(inp))
-                })
-                .collect();
-            let (cr, run_ms) = match early_run {
-                Some((cr, took)) => {
-                    if drawn.as_deref() != Some(&inputs[..]) {
-                        return Ok(Outcome::fail(
-                            Status::RuntimeError,
-                            "the judge's round inputs differ from the draws it announced",
-                        ));
-                    }
-                    (cr, took.as_secs_f64() * 1e3)
-                }
-                None => {
-                    let t = Instant::now();
-                    let cr = self.candidate_call(cand, &run_of(&inputs), deadline);
-                    (cr, t.elapsed().as_secs_f64() * 1e3)
-                }
-            };
-            let cr = match cr? {
-                Err(o) => return Ok(o),
-                Ok(cr) => cr,
-            };
-            let creplies = replies_of(&cr, "replies");
-            costs.add_ms(
-                "candidate run",
-                run_ms,
-                creplies.iter().chain(std::iter::once(&cr)),
-            );
-            if generate
-                && batch[0] == 0
-                && let Some(m) = cr.get("draw_failed").and_then(Value::as_str)
-            {
-                tracing::debug!("the candidate could not draw round 0: {m}");
-                draws = None;
-                early_timed = None;
-                round_inputs = "files (the candidate could not run the input generator)";
-                continue;
-            }
-            for (round, c) in batch.iter().zip(&creplies) {
-                if let Some(m) = c.get("reward_hack").and_then(Value::as_str) {
-                    return Ok(Outcome::fail(
-                        Status::RewardHack,
-                        format!("round {round}: {m}"),
-                    ));
-                }
-            }
-            if let Some(o) = short_batch(
-                Status::RuntimeError,
-                "the candidate answered",
-                creplies.len(),
-                batch.len(),
-            ) {
-                return Ok(o);
-            }
-            if generate && batch[0] == 0 {
-                if creplies[0].get("digest").and_then(Value::as_str)
-                    != replies[0].get("digest").and_then(Value::as_str)
-                {
-                    draws = None;
-                    early_timed = None;
-                    round_inputs =
-                        "files (the candidate's generator did not reproduce round 0's inputs)";
-                    continue;
-                }
-                round_inputs = "drawn in the candidate from each round's seed";
-            }
-            next += batch.len() as u32;
-            let check =
-                json!({"op": "check_rounds", "rounds": batch, "path": out, "tolerance": tol_json});
-            let check = match self.handed_check(cand, &cr, check, deadline)? {
-                Ok(c) => c,
-                Err(o) => return Ok(o),
-            };
-            last_in = inputs.pop().unwrap_or(Value::Null);
-            if next >= rounds {
-                // The last batch is checked while the candidate loads and warms up for timing.
-                pending = Some(PendingCheck { batch, req: check });
-                break;
-            }
-            let t_op = Instant::now();
-            let r = self.judge_request(&check, deadline);
-            let r = match self.settle_check(cand, r, &check, deadline)? {
-                Ok(r) => r,
-                Err(o) => return Ok(o),
-            };
-            costs.add("judge check", t_op, r.as_ref().ok());
-            if let Some(o) = Self::round_check_outcome(r, &batch, &mut figs)? {
-                return Ok(o);
-            }
-            let _ = std::fs::remove_file(&out);
-            for (inp, &round) in ins.iter().zip(&batch) {
-                if round + 1 < rounds {
-                    let _ = std::fs::remove_file(inp);
-                }
-            }
-        }
+        let cx = RoundsCx {
+            problem,
+            w,
+            xfer,
+            outputs: Self::output_specs(problem, w),
+            tolerance: w.workload.judge_policy(),
+            rounds,
+            method_name: &method_name,
+            deadline,
+        };
+        let mut st = match self.correctness_rounds(&cx, cand)? {
+            Ok(st) => st,
+            Err(o) => return Ok(o),
+        };
         // Timing, on the last round's inputs; the outputs of the timed calls are checked again.
         let budget = if self.opts.device.is_cpu() {
             self.opts.cpu_time_budget.map(|d| d.as_secs_f64())
         } else {
             None
         };
-        let clones = if self.opts.device.is_cpu() { 1 } else { 4 };
         let rounds_s = t_workload.elapsed().as_secs_f64();
-        let tr = match self.timed_calls(
-            problem,
-            w,
-            cand,
-            xfer,
-            &last_in,
-            &method_name,
-            budget,
-            deadline,
-            (pending, early_timed, &mut figs, &mut costs),
-        )? {
+        let tr = match self.timed_calls(&cx, cand, &mut st, budget)? {
             Timed::Fail(mut o) => {
                 if let Some(r) = &o.check
                     && o.outcome.status.has_correctness()
                 {
-                    figs.merge(r);
-                    o.outcome.correctness = Some(figs.correctness(rounds));
+                    st.figs.merge(r);
+                    o.outcome.correctness = Some(st.figs.correctness(rounds));
                 }
                 return Ok(o.outcome);
             }
@@ -319,21 +129,113 @@ impl Session {
         };
         let cand_events = times_of(&tr);
         let iterations = cand_events.len() as u32;
-        // The reference makes as many timed calls as the candidate did, on the same sets.
+        let t_ref = Instant::now();
+        let (rr, ref_events) =
+            match self.time_reference(&tr, iterations, &method_name, budget, deadline)? {
+                Ok(r) => r,
+                Err(o) => return Ok(o),
+            };
+        let ref_s = t_ref.elapsed().as_secs_f64();
+        // What each worker reported, for the log (before CUPTI spans may replace them).
+        let (cand_sum_ms, ref_sum_ms) = (
+            cand_events.iter().sum::<f64>(),
+            ref_events.iter().sum::<f64>(),
+        );
+        if let Some(why) =
+            dual_clock_after_reference(&tr, &rr, ref_sum_ms, !self.opts.device.is_cpu())
+        {
+            return Ok(Outcome::fail(Status::RewardHack, Reason::DualClock, why)
+                .retry_for(RetryReason::DualClock));
+        }
+        // CUPTI spans when both sides have them (and they are plausible), else the event times,
+        // so candidate and reference are always measured by the same method.
+        let (method, cand_times, ref_times, cupti_note) =
+            choose_times(method, &tr, &rr, cand_events, ref_events);
+        // Statistics are computed here from the raw samples, never taken from a worker.
+        let (Some(cs), Some(rs)) = (
+            integrity::spread_from_times(&cand_times),
+            integrity::spread_from_times(&ref_times),
+        ) else {
+            return Ok(Outcome::fail(
+                Status::RuntimeError,
+                Reason::NoSamples,
+                "timing produced no samples",
+            ));
+        };
+        // The candidate's median, unless its mean says the work was concentrated in a few calls.
+        // The reference keeps its median: raising a noisy reference's latency would inflate
+        // the candidate's speedup, the one direction a bound must never move.
+        let (c_lat, c_raised) = integrity::robust_latency(&cs);
+        let r_lat = rs.median_ms;
+        let speedup = if c_lat > 0.0 { r_lat / c_lat } else { 0.0 };
+        let log = self.timing_log(&TimingLog {
+            tr: &tr,
+            rr: &rr,
+            sums_ms: (cand_sum_ms, ref_sum_ms),
+            iterations,
+            rounds,
+            phases_s: (rounds_s, ref_s),
+            wall_ms: t_workload.elapsed().as_secs_f64() * 1e3,
+            st: &st,
+            cs: &cs,
+            c_raised,
+            cupti_note,
+        });
+        Ok(Outcome {
+            status: Status::Passed,
+            reason: None,
+            log,
+            correctness: Some(st.figs.correctness(rounds)),
+            performance: Some(Performance {
+                latency_ms: c_lat,
+                reference_latency_ms: r_lat,
+                speedup_factor: speedup,
+                timing_method: Some(method),
+                warmup: Some(self.opts.warmup),
+                iterations: Some(iterations),
+                spread: Some(cs),
+                reference_spread: Some(rs),
+            }),
+            retry: None,
+        })
+    }
+
+    /// The reference's timed calls, as many as the candidate's (`iterations`) on the same sets
+    /// (`tr`: the candidate's timing reply): the judge's reply and its samples, bound to the
+    /// calls it made.
+    fn time_reference(
+        &mut self,
+        tr: &Value,
+        iterations: u32,
+        method_name: &str,
+        budget: Option<f64>,
+        deadline: Instant,
+    ) -> Result<Result<(Value, Vec<f64>), Outcome>, ExecError> {
+        let clones = if self.opts.device.is_cpu() { 1 } else { 4 };
         let rreq = json!({
             "op": "time_reference", "warmup": self.opts.warmup,
             "iterations": iterations.max(1), "method": method_name,
             "budget_s": budget, "clones": clones, "spin_us": tr.get("spin_us"),
         });
-        let t_ref = Instant::now();
         let (rr, ref_keys) = self.judge_timing_request(&rreq, deadline);
         let rr = match rr {
             Ok(r) if reply_ok(&r) => r,
-            Ok(r) => return Ok(Outcome::fail(Status::InvalidReference, reply_message(&r))),
+            Ok(r) => {
+                return Ok(Err(Outcome::fail(
+                    Status::InvalidReference,
+                    Reason::ReferenceFailed,
+                    reply_message(&r),
+                )));
+            }
             Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
-            Err(JudgeFail::Other(m)) => return Ok(Outcome::fail(Status::InvalidReference, m)),
+            Err(JudgeFail::Other(m)) => {
+                return Ok(Err(Outcome::fail(
+                    Status::InvalidReference,
+                    Reason::ReferenceFailed,
+                    m,
+                )));
+            }
         };
-        let ref_s = t_ref.elapsed().as_secs_f64();
         // The trusted judge's samples are held to the same binding (cheap, and a harness bug
         // would otherwise skew every speedup): one per set it opened, or per clone call.
         let ref_rule = match ref_keys {
@@ -348,47 +250,23 @@ impl Session {
             }),
             Ok(served) => Ok(integrity::SampleRule::OnePerKey { served }),
         };
-        let ref_events = match ref_rule.and_then(|rule| integrity::bound_samples(&rr, rule)) {
-            Ok(t) => t,
-            Err(why) => {
-                return Ok(Outcome::fail(
-                    Status::InvalidReference,
-                    format!(
-                        "harness: the judge's reference timing is not bound to its timed calls: {why}"
-                    ),
-                ));
-            }
-        };
-        // What each worker reported, for the log (before CUPTI spans may replace them).
-        let (cand_sum_ms, ref_sum_ms) = (
-            cand_events.iter().sum::<f64>(),
-            ref_events.iter().sum::<f64>(),
-        );
-        if let Some(why) =
-            dual_clock_after_reference(&tr, &rr, ref_sum_ms, !self.opts.device.is_cpu())
-        {
-            return Ok(Outcome::fail(Status::RewardHack, why).retry_for(RetryReason::DualClock));
+        match ref_rule.and_then(|rule| integrity::bound_samples(&rr, rule)) {
+            Ok(t) => Ok(Ok((rr, t))),
+            Err(why) => Ok(Err(Outcome::fail(
+                Status::InvalidReference,
+                Reason::ReferenceTimingUnbound,
+                format!(
+                    "harness: the judge's reference timing is not bound to its timed calls: {why}"
+                ),
+            ))),
         }
-        // CUPTI spans when both sides have them (and they are plausible), else the event times,
-        // so candidate and reference are always measured by the same method.
-        let (method, cand_times, ref_times, cupti_note) =
-            choose_times(method, &tr, &rr, cand_events, ref_events);
-        // Statistics are computed here from the raw samples, never taken from a worker.
-        let (Some(cs), Some(rs)) = (
-            integrity::spread_from_times(&cand_times),
-            integrity::spread_from_times(&ref_times),
-        ) else {
-            return Ok(Outcome::fail(
-                Status::RuntimeError,
-                "timing produced no samples",
-            ));
-        };
-        // The candidate's median, unless its mean says the work was concentrated in a few calls.
-        // The reference keeps its median: raising a noisy reference's latency would inflate
-        // the candidate's speedup, the one direction a bound must never move.
-        let (c_lat, c_raised) = integrity::robust_latency(&cs);
-        let r_lat = rs.median_ms;
-        let speedup = if c_lat > 0.0 { r_lat / c_lat } else { 0.0 };
+    }
+
+    /// The log of a workload whose timing passed.
+    fn timing_log(&self, l: &TimingLog) -> String {
+        let (cand_sum_ms, ref_sum_ms) = l.sums_ms;
+        let (rounds_s, ref_s) = l.phases_s;
+        let (tr, rr, rounds, iterations, st) = (l.tr, l.rr, l.rounds, l.iterations, l.st);
         let mut log = format!(
             "harness: timed iterations: candidate {:.3} s, reference {:.3} s; correctness rounds {rounds}\n",
             cand_sum_ms / 1e3,
@@ -410,14 +288,16 @@ impl Session {
                 ref_s
             ));
         }
-        log.push_str(&format!("harness: round inputs: {round_inputs}\n"));
+        log.push_str(&format!("harness: round inputs: {}\n", st.round_inputs));
         log.push_str(&format!(
             "harness: outputs handed over: {}\n",
             self.outputs_via
         ));
         log.push_str(&format!(
-            "harness: correctness round costs (ms, summed over {rounds} rounds in {batches} batch(es), {overlapped} of them run in the candidate while the judge prepared them; the last batch checked while the candidate warmed up for timing): {}\n",
-            costs.line()
+            "harness: correctness round costs (ms, summed over {rounds} rounds in {} batch(es), {} of them run in the candidate while the judge prepared them; the last batch checked while the candidate warmed up for timing): {}\n",
+            st.batches,
+            st.overlapped,
+            st.costs.line()
         ));
         if let Some(h) = tr.get("handover").and_then(Value::as_str) {
             log.push_str(&format!("harness: timed input sets: {h}\n"));
@@ -439,30 +319,29 @@ impl Session {
                 log.push_str(&note);
             }
         }
-        if c_raised {
+        if l.c_raised {
             log.push_str(&format!(
                 "harness: candidate latency is mean / {} = {:.6} ms, not the median {:.6} ms: its timed calls' time is concentrated in a few of them\n",
                 integrity::CONCENTRATION_RATIO,
-                cs.mean_ms / integrity::CONCENTRATION_RATIO,
-                cs.median_ms
+                l.cs.mean_ms / integrity::CONCENTRATION_RATIO,
+                l.cs.median_ms
             ));
         }
-        if let Some(n) = cupti_note {
+        if let Some(n) = &l.cupti_note {
             log.push_str(&format!("harness: {n}\n"));
         }
-        let wall_ms = t_workload.elapsed().as_secs_f64() * 1e3;
         log.push_str(&overhead_line(
-            wall_ms,
-            (&tr, cand_sum_ms),
-            (&rr, ref_sum_ms),
+            l.wall_ms,
+            (tr, cand_sum_ms),
+            (rr, ref_sum_ms),
         ));
         log.push_str(&asked_calls_line(
-            wall_ms,
-            (&tr, cand_sum_ms),
-            (&rr, ref_sum_ms),
-            &costs,
+            l.wall_ms,
+            (tr, cand_sum_ms),
+            (rr, ref_sum_ms),
+            &st.costs,
         ));
-        for (who, v) in [("candidate", &tr), ("reference", &rr)] {
+        for (who, v) in [("candidate", tr), ("reference", rr)] {
             let mut notes = v.get("notes").cloned().unwrap_or(Value::Null);
             if let Some(o) = notes.as_object_mut() {
                 o.remove("cupti_ms");
@@ -472,22 +351,7 @@ impl Session {
                 }
             }
         }
-        Ok(Outcome {
-            status: Status::Passed,
-            log,
-            correctness: Some(figs.correctness(rounds)),
-            performance: Some(Performance {
-                latency_ms: c_lat,
-                reference_latency_ms: r_lat,
-                speedup_factor: speedup,
-                timing_method: Some(method),
-                warmup: Some(self.opts.warmup),
-                iterations: Some(iterations),
-                spread: Some(cs),
-                reference_spread: Some(rs),
-            }),
-            retry: None,
-        })
+        log
     }
 
     /// Whether the candidate is asked to hand its outputs over on the device (`device_out`):
@@ -605,17 +469,23 @@ impl Session {
             Err(JudgeFail::Other(m)) => {
                 return Ok(Some(Outcome::fail(
                     Status::RuntimeError,
+                    Reason::JudgeFailed,
                     format!("the judge failed while checking outputs: {m}"),
                 )));
             }
         };
         if !reply_ok(&r) {
-            return Ok(Some(Outcome::fail(Status::RuntimeError, reply_message(&r))));
+            return Ok(Some(Outcome::fail(
+                Status::RuntimeError,
+                Reason::JudgeFailed,
+                reply_message(&r),
+            )));
         }
         let results = replies_of(&r, "results");
         if results.is_empty() {
             return Ok(Some(Outcome::fail(
                 Status::RuntimeError,
+                Reason::JudgeFailed,
                 "the judge returned no check results",
             )));
         }
@@ -631,7 +501,7 @@ impl Session {
                     "round {round}: {}",
                     res.get("message").and_then(Value::as_str).unwrap_or("")
                 );
-                let mut o = Outcome::fail(status, msg);
+                let mut o = Outcome::fail(status, check_reason(res, status), msg);
                 if status.has_correctness() {
                     o.correctness = Some(figs.correctness(round + 1));
                 }
@@ -639,7 +509,7 @@ impl Session {
             }
         }
         Ok(short_batch(
-            Status::RuntimeError,
+            (Status::RuntimeError, Reason::JudgeFailed),
             "the judge checked",
             results.len(),
             batch.len(),
