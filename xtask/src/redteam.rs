@@ -314,30 +314,14 @@ fn copy_tree(from: &Path, to: &Path) -> Result<()> {
 fn survivors(marker: &str, known_child: Option<u32>) -> Vec<(i32, String)> {
     let me = std::process::id();
     let mut out = Vec::new();
-    let Ok(rd) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    let needle = format!("{MARKER_ENV}={marker}");
-    for ent in rd.flatten() {
-        let name = ent.file_name();
-        let Some(pid) = name.to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        if pid == me || Some(pid) == known_child {
-            continue;
-        }
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        // Fields after the command name: state, ppid, ...
-        let after = stat.rsplit_once(')').map(|(_, r)| r.trim()).unwrap_or("");
-        let mut fields = after.split_whitespace();
-        let state = fields.next().unwrap_or("");
-        let ppid: u32 = fields.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-        if state == "Z" {
-            continue;
-        }
-        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-        let marked = environ.split(|b| *b == 0).any(|kv| kv == needle.as_bytes());
-        if ppid == me || marked {
+    let table: Vec<kg_proc::ProcEntry> = kg_proc::proc_table()
+        .into_iter()
+        .filter(|e| e.pid != me && Some(e.pid) != known_child && e.state != 'Z')
+        .collect();
+    let marked = kg_proc::with_env(&format!("{MARKER_ENV}={marker}"), &table);
+    for e in &table {
+        let pid = e.pid;
+        if e.ppid == me || marked.contains(&pid) {
             let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
             let cmd: String = String::from_utf8_lossy(&cmd)
                 .replace('\0', " ")
@@ -563,12 +547,7 @@ fn run_case(
         }
         if t0.elapsed() > limit {
             hung = true;
-            if let Some(p) = i32::try_from(child_pid)
-                .ok()
-                .and_then(rustix::process::Pid::from_raw)
-            {
-                let _ = rustix::process::kill_process_group(p, rustix::process::Signal::KILL);
-            }
+            kg_proc::signal_group(child_pid, kg_proc::group::Signal::KILL);
             let _ = child.wait();
             break None;
         }

@@ -280,9 +280,7 @@ impl BuildCache {
             module_sha256: kg_contract::io::sha256_hex(&bytes),
             module_bytes: bytes.len() as u64,
             build_s,
-            created_utc: time::OffsetDateTime::now_utc()
-                .format(&time::format_description::well_known::Rfc3339)
-                .unwrap_or_default(),
+            created_utc: kg_proc::now_utc(),
             solution: solution.to_string(),
             toolchain: toolchain.clone(),
         };

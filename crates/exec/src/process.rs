@@ -4,14 +4,14 @@
 //! [`crate::protocol::Bounds`], killed as a group (SIGTERM, grace period, SIGKILL) on timeout,
 //! cancellation, a protocol error and drop.
 
-use std::io::{IoSlice, IoSliceMut, Read, Write};
+use std::io::{IoSlice, IoSliceMut, Write};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -20,139 +20,15 @@ use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
     SendAncillaryMessage, SendFlags, recvmsg, sendmsg,
 };
-use rustix::process::{Pid, Signal, kill_process_group};
 use serde_json::Value;
 
 use crate::protocol::{Aside, AsideReply, Bounds, Envelope, LineBuffer, ProtocolError, Reply};
 
-/// Bytes of each stream kept: the head and the tail, each half of this.
-pub const LOG_LIMIT: usize = 64 * 1024;
-/// Time between SIGTERM and SIGKILL.
-pub const GRACE: Duration = Duration::from_secs(2);
-
-/// A shared flag that asks every running evaluation to stop and kill its workers.
-#[derive(Debug, Clone, Default)]
-pub struct CancelToken(Arc<AtomicBool>);
-
-impl CancelToken {
-    /// A fresh, unset token.
-    pub fn new() -> Self {
-        Self::default()
-    }
-    /// Wraps an existing flag (e.g. one a signal handler sets).
-    pub fn from_flag(flag: Arc<AtomicBool>) -> Self {
-        CancelToken(flag)
-    }
-    /// Asks for cancellation.
-    pub fn cancel(&self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-    /// Whether cancellation was asked for.
-    pub fn is_cancelled(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
-    }
-}
-
-/// A bounded capture: the first and the last `LOG_LIMIT/2` bytes, with the count dropped.
-#[derive(Debug, Default)]
-pub struct Bounded {
-    head: Vec<u8>,
-    tail: std::collections::VecDeque<u8>,
-    dropped: u64,
-}
-
-impl Bounded {
-    fn push(&mut self, data: &[u8]) {
-        let half = LOG_LIMIT / 2;
-        for &b in data {
-            if self.head.len() < half {
-                self.head.push(b);
-            } else {
-                if self.tail.len() == half {
-                    self.tail.pop_front();
-                    self.dropped += 1;
-                }
-                self.tail.push_back(b);
-            }
-        }
-    }
-    /// The captured text, with a marker where bytes were dropped.
-    pub fn text(&self) -> String {
-        let mut s = String::from_utf8_lossy(&self.head).into_owned();
-        if self.dropped > 0 {
-            s.push_str(&format!("\n[... {} bytes dropped ...]\n", self.dropped));
-        }
-        let tail: Vec<u8> = self.tail.iter().copied().collect();
-        s.push_str(&String::from_utf8_lossy(&tail));
-        s
-    }
-    /// Empties the capture.
-    pub fn clear(&mut self) {
-        self.head.clear();
-        self.tail.clear();
-        self.dropped = 0;
-    }
-}
-
-/// The last `n` bytes of a string (on a char boundary).
-pub fn tail(s: &str, n: usize) -> &str {
-    if s.len() <= n {
-        return s;
-    }
-    let mut i = s.len() - n;
-    while !s.is_char_boundary(i) {
-        i += 1;
-    }
-    &s[i..]
-}
-
-/// Output of a short-lived command run with a timeout.
-#[derive(Debug)]
-pub struct CommandOutput {
-    /// Captured stdout (bounded).
-    pub stdout: Vec<u8>,
-    /// Captured stderr (bounded).
-    pub stderr: Vec<u8>,
-    /// Human description of how it ended.
-    pub status_text: String,
-    /// Whether it exited 0.
-    pub success: bool,
-}
-
-fn drain<R: Read + Send + 'static>(mut r: R, buf: Arc<Mutex<Bounded>>) -> JoinHandle<()> {
-    std::thread::spawn(move || {
-        let mut chunk = [0u8; 8192];
-        loop {
-            match r.read(&mut chunk) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if let Ok(mut b) = buf.lock() {
-                        b.push(&chunk[..n]);
-                    }
-                }
-            }
-        }
-    })
-}
-
-/// Describes how a process ended, naming the signal if one killed it.
-pub fn describe_exit(status: &ExitStatus) -> String {
-    if let Some(sig) = status.signal() {
-        let name = match sig {
-            4 => "SIGILL",
-            6 => "SIGABRT",
-            7 => "SIGBUS",
-            8 => "SIGFPE",
-            9 => "SIGKILL",
-            11 => "SIGSEGV",
-            15 => "SIGTERM",
-            _ => "signal",
-        };
-        format!("killed by {name} ({sig})")
-    } else {
-        format!("exited with status {}", status.code().unwrap_or(-1))
-    }
-}
+pub use kg_proc::{
+    Bounded, CancelToken, CommandOutput, GRACE, LOG_LIMIT, become_child_subreaper, describe_exit,
+    output_with_timeout, tail,
+};
+use kg_proc::{drain, end_child_group, sweep_descendants};
 
 /// The environment variable that marks every process a worker starts (inherited by its
 /// descendants unless they scrub their environment).
@@ -161,192 +37,9 @@ pub const WORKER_TAG_ENV: &str = "KG_WORKER_TAG";
 /// second socket, on which file descriptors travel (one per one-byte message; `kgcommon.Channel`).
 pub const FD_CHANNEL_ENV: &str = "KG_FD_CHANNEL";
 
-/// (pid, ppid) of every process in `/proc`.
-fn proc_table() -> Vec<(u32, u32)> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for e in dir.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-            continue;
-        };
-        // `pid (comm) state ppid ...`; comm may contain spaces and parentheses.
-        let ppid = stat
-            .rfind(')')
-            .and_then(|i| stat[i + 1..].split_whitespace().nth(1))
-            .and_then(|s| s.parse::<u32>().ok());
-        if let Some(ppid) = ppid {
-            out.push((pid, ppid));
-        }
-    }
-    out
-}
-
-/// Every process descended from `root` (not `root` itself), by the parent links in `table`.
-pub fn descendants_in(root: u32, table: &[(u32, u32)]) -> Vec<u32> {
-    let mut out = Vec::new();
-    let mut frontier = vec![root];
-    while let Some(p) = frontier.pop() {
-        for &(c, pp) in table {
-            if pp == p && c != root && !out.contains(&c) {
-                out.push(c);
-                frontier.push(c);
-            }
-        }
-    }
-    out
-}
-
-/// Processes whose environment carries `WORKER_TAG_ENV=tag` (readable ones only).
-fn tagged(tag: &str, table: &[(u32, u32)]) -> Vec<u32> {
-    let needle = format!("{WORKER_TAG_ENV}={tag}");
-    table
-        .iter()
-        .filter(|(pid, _)| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()))
-        })
-        .map(|(pid, _)| *pid)
-        .collect()
-}
-
-/// Kills every process a worker started, also those that left its process group or session
-/// (`setsid`, `start_new_session=True`): its descendants by parent link and every process
-/// carrying its tag. Found processes are stopped first (so they cannot fork away while we
-/// look), then killed; those re-parented to us (kg-exec makes its process a child subreaper
-/// where the OS allows: [`become_child_subreaper`]) are reaped.
-///
-/// `root` must be a pid we have not reaped yet (so it cannot have been reused).
-fn sweep_descendants(root: Option<u32>, tag: Option<&str>) {
-    let me = std::process::id();
-    let pid = root.unwrap_or(0);
-    let mut found: Vec<u32> = Vec::new();
-    for _ in 0..5 {
-        let table = proc_table();
-        let mut now = root.map(|r| descendants_in(r, &table)).unwrap_or_default();
-        if let Some(t) = tag {
-            now.extend(tagged(t, &table));
-        }
-        let mut new = false;
-        for p in now {
-            if p == me || p == pid || found.contains(&p) {
-                continue;
-            }
-            if let Some(q) = i32::try_from(p).ok().and_then(Pid::from_raw) {
-                let _ = rustix::process::kill_process(q, Signal::STOP);
-            }
-            found.push(p);
-            new = true;
-        }
-        if !new {
-            break;
-        }
-    }
-    for &p in &found {
-        if let Some(q) = i32::try_from(p).ok().and_then(Pid::from_raw) {
-            let _ = rustix::process::kill_process(q, Signal::KILL);
-        }
-    }
-    if !found.is_empty() {
-        tracing::debug!(worker = pid, killed = ?found, "killed processes the worker left behind");
-    }
-    // Reap the ones that became our children; leave everything else to its own parent.
-    let deadline = Instant::now() + Duration::from_millis(500);
-    let mut left: Vec<u32> = found;
-    while !left.is_empty() && Instant::now() < deadline {
-        left.retain(|&p| {
-            let Some(q) = i32::try_from(p).ok().and_then(Pid::from_raw) else {
-                return false;
-            };
-            match rustix::process::waitpid(Some(q), rustix::process::WaitOptions::NOHANG) {
-                Ok(Some(_)) => false,
-                Ok(None) => true,
-                Err(_) => false, // not our child (its parent reaps it) or already gone
-            }
-        });
-        if !left.is_empty() {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-/// Makes this process a child subreaper (Linux `PR_SET_CHILD_SUBREAPER`), so processes a
-/// worker detached are re-parented to us rather than to init when their parent dies, and
-/// stay findable. Returns whether it took effect.
-pub fn become_child_subreaper() -> bool {
-    rustix::process::set_child_subreaper(Some(rustix::process::getpid())).is_ok()
-}
-
-fn kill_group(pid: u32, child: &mut Child, tag: Option<&str>) {
-    let Some(p) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
-        return;
-    };
-    // Not reaped yet (a zombie at most), so its pid is still its own.
-    let alive = matches!(child.try_wait(), Ok(None));
-    sweep_descendants(alive.then_some(pid), tag);
-    let _ = kill_process_group(p, Signal::TERM);
-    let deadline = Instant::now() + GRACE;
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // Whatever else is in the group (compilers, helpers) goes too, even if the leader exited.
-    let _ = kill_process_group(p, Signal::KILL);
-    let _ = child.wait();
-}
-
-/// Runs a command to completion in its own process group, killing the group after `timeout`.
-pub fn output_with_timeout(
-    mut cmd: Command,
-    timeout: Duration,
-) -> Result<CommandOutput, std::io::Error> {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    let mut child = cmd.spawn()?;
-    let out = Arc::new(Mutex::new(Bounded::default()));
-    let err = Arc::new(Mutex::new(Bounded::default()));
-    let mut threads = Vec::new();
-    if let Some(s) = child.stdout.take() {
-        threads.push(drain(s, out.clone()));
-    }
-    if let Some(s) = child.stderr.take() {
-        threads.push(drain(s, err.clone()));
-    }
-    let deadline = Instant::now() + timeout;
-    let status_text;
-    let mut success = false;
-    loop {
-        if let Some(st) = child.try_wait()? {
-            success = st.success();
-            status_text = describe_exit(&st);
-            break;
-        }
-        if Instant::now() >= deadline {
-            kill_group(child.id(), &mut child, None);
-            status_text = format!("timed out after {:.0} s", timeout.as_secs_f64());
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    for t in threads {
-        let _ = t.join();
-    }
-    let text =
-        |b: &Arc<Mutex<Bounded>>| b.lock().map(|b| b.text().into_bytes()).unwrap_or_default();
-    Ok(CommandOutput {
-        stdout: text(&out),
-        stderr: text(&err),
-        status_text,
-        success,
-    })
+/// The environment entry (`NAME=value`) that marks every process of the worker tagged `tag`.
+fn tag_entry(tag: &str) -> String {
+    format!("{WORKER_TAG_ENV}={tag}")
 }
 
 /// Why a worker request failed.
@@ -620,7 +313,7 @@ impl Worker {
             .set_read_timeout(Some(READ_TICK))
             .and_then(|()| chan.set_write_timeout(Some(READ_TICK)))
         {
-            kill_group(pid, &mut child, Some(&tag));
+            end_child_group(&mut child, Some(&tag_entry(&tag)));
             return Err(WorkerError::Io {
                 what: "configure the protocol channel".into(),
                 source,
@@ -929,9 +622,7 @@ impl Worker {
 
     fn finish_drains(&mut self) {
         // The pipes close when the whole group has exited; kill stragglers first.
-        if let Some(p) = i32::try_from(self.pid).ok().and_then(Pid::from_raw) {
-            let _ = kill_process_group(p, Signal::KILL);
-        }
+        kg_proc::signal_group(self.pid, kg_proc::group::Signal::KILL);
         for t in self.drains.drain(..) {
             let _ = t.join();
         }
@@ -965,7 +656,7 @@ impl Worker {
         if self.dead.is_none() {
             self.dead = Some("killed".into());
         }
-        kill_group(self.pid, &mut self.child, Some(&self.tag));
+        end_child_group(&mut self.child, Some(&tag_entry(&self.tag)));
         self.finish_drains();
     }
 
@@ -986,12 +677,10 @@ impl Worker {
 impl Drop for Worker {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
-            kill_group(self.pid, &mut self.child, Some(&self.tag));
+            end_child_group(&mut self.child, Some(&tag_entry(&self.tag)));
         } else {
-            if let Some(p) = i32::try_from(self.pid).ok().and_then(Pid::from_raw) {
-                let _ = kill_process_group(p, Signal::KILL);
-            }
-            sweep_descendants(None, Some(&self.tag));
+            kg_proc::signal_group(self.pid, kg_proc::group::Signal::KILL);
+            sweep_descendants(None, Some(&tag_entry(&self.tag)));
         }
     }
 }
@@ -1001,55 +690,6 @@ mod tests {
     use super::*;
     use serde_json::json;
     use std::path::Path;
-
-    #[test]
-    fn bounded_keeps_head_and_tail() {
-        let mut b = Bounded::default();
-        let data = vec![b'a'; LOG_LIMIT];
-        b.push(&data);
-        b.push(&vec![b'z'; 1000]);
-        let t = b.text();
-        assert!(t.starts_with("aaa"));
-        assert!(t.ends_with(&"z".repeat(1000)));
-        assert!(t.contains("1000 bytes dropped"), "{}", &t[..100]);
-    }
-
-    #[test]
-    fn timeout_kills_the_whole_group() {
-        let dir = tempfile::tempdir().unwrap();
-        let pidfile = dir.path().join("grandchild.pid");
-        let mut cmd = Command::new("sh");
-        cmd.arg("-c")
-            .arg(format!("sleep 60 & echo $! > {}; wait", pidfile.display()));
-        let out = output_with_timeout(cmd, Duration::from_millis(500)).unwrap();
-        assert!(out.status_text.contains("timed out"), "{}", out.status_text);
-        let pid: i32 = std::fs::read_to_string(&pidfile)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        // The grandchild was in the same group, so it is gone (or a zombie reaped by init).
-        std::thread::sleep(Duration::from_millis(200));
-        let alive = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| !s.contains(") Z "))
-            .unwrap_or(false);
-        assert!(!alive, "grandchild {pid} survived the group kill");
-    }
-
-    #[test]
-    fn descendants_follow_parent_links_only() {
-        let table = [(10, 1), (11, 10), (12, 11), (13, 1), (14, 12), (15, 13)];
-        let mut d = descendants_in(10, &table);
-        d.sort_unstable();
-        assert_eq!(d, vec![11, 12, 14]);
-        assert!(descendants_in(14, &table).is_empty());
-    }
-
-    fn alive(pid: i32) -> bool {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| !s.contains(") Z "))
-            .unwrap_or(false)
-    }
 
     fn test_python() -> PathBuf {
         PathBuf::from(std::env::var("PYTHON_BIN").unwrap_or_else(|_| "python3".into()))
@@ -1136,43 +776,6 @@ mod tests {
             .unwrap_err();
         assert!(t.elapsed() < Duration::from_secs(5), "{e}");
         assert!(e.to_string().contains("descriptor channel"), "{e}");
-    }
-
-    #[test]
-    fn kill_reaches_a_child_in_a_new_session_and_a_tagged_one() {
-        let dir = tempfile::tempdir().unwrap();
-        let pidfile = dir.path().join("detached.pid");
-        let tagged_pidfile = dir.path().join("tagged.pid");
-        let tag = format!("test-{}", std::process::id());
-        // Child 1: a new session (setsid), out of the group. Child 2: double-forked (its
-        // parent exits at once, so it is no descendant any more) but it carries the tag.
-        let mut cmd = Command::new("sh");
-        cmd.arg("-c")
-            .arg(format!(
-                "setsid sleep 60 & echo $! > {}; (setsid sleep 61 & echo $! > {}) ; sleep 60",
-                pidfile.display(),
-                tagged_pidfile.display()
-            ))
-            .env(WORKER_TAG_ENV, &tag)
-            .process_group(0);
-        let mut child = cmd.spawn().unwrap();
-        let read = |p: &Path| -> i32 {
-            for _ in 0..100 {
-                if let Ok(s) = std::fs::read_to_string(p)
-                    && let Ok(v) = s.trim().parse()
-                {
-                    return v;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            panic!("no pid in {}", p.display())
-        };
-        let (a, b) = (read(&pidfile), read(&tagged_pidfile));
-        assert!(alive(a) && alive(b));
-        kill_group(child.id(), &mut child, Some(&tag));
-        std::thread::sleep(Duration::from_millis(200));
-        assert!(!alive(a), "detached child {a} survived");
-        assert!(!alive(b), "tagged orphan {b} survived");
     }
 
     /// A worker that says it is ready, reads one request and then runs `body` (Python).

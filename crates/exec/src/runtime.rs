@@ -10,6 +10,8 @@
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use kg_proc::start_ticks as start_time;
+
 /// The environment variable that overrides [`runtime_dir`].
 pub const KG_RUNTIME_DIR: &str = "KG_RUNTIME_DIR";
 
@@ -51,15 +53,6 @@ pub fn runtime_dir() -> PathBuf {
         },
         PathBuf::from,
     )
-}
-
-/// The start time of process `pid` (field 22 of `/proc/<pid>/stat`, clock ticks since boot),
-/// `None` when it does not exist.
-fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may hold spaces and parentheses; fields after it are plain.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split(' ').nth(19)?.parse().ok()
 }
 
 /// The owner named by a session directory's name, if it is one of ours.

@@ -168,35 +168,7 @@ pub fn remove(path: &Path) -> Result<(), LockError> {
     }
 }
 
-/// Live (not zombie) processes whose process group is `pgid`, from `/proc`.
-pub fn group_members(pgid: i32) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for e in entries.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // Fields after the command name (which may hold spaces and parentheses): state, ppid,
-        // pgrp.
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-            continue;
-        };
-        let mut f = rest.split_whitespace();
-        let state = f.next().unwrap_or("");
-        let pgrp = f.nth(1).and_then(|s| s.parse::<i32>().ok());
-        // A zombie holds no device memory; its parent reaps it.
-        if pgrp == Some(pgid) && state != "Z" && state != "X" {
-            out.push(pid);
-        }
-    }
-    out.sort_unstable();
-    out
-}
+pub use kg_proc::group_members;
 
 /// One recovery file, as `kg-gpu status` lists it.
 #[derive(Debug, Clone, PartialEq, Serialize)]

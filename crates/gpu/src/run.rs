@@ -18,37 +18,12 @@ use signal_hook::iterator::Signals;
 
 use crate::claim::Claim;
 use crate::env;
-use crate::recovery;
 
 /// Seconds a child gets after a forwarded signal before its group is killed.
 pub const GRACE: Duration = Duration::from_secs(10);
 
 /// How long leftover members of the child's group get after SIGTERM, and again after SIGKILL.
 pub const GROUP_GRACE: Duration = Duration::from_secs(2);
-
-/// Ends what is left of process group `pgid` (SIGTERM, `grace`, SIGKILL, `grace`); returns
-/// the pids that are still there.
-pub fn end_group(pgid: i32, grace: Duration) -> Vec<u32> {
-    let wait_empty = || {
-        let until = std::time::Instant::now() + grace;
-        loop {
-            let left = recovery::group_members(pgid);
-            if left.is_empty() || std::time::Instant::now() >= until {
-                return left;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    };
-    if recovery::group_members(pgid).is_empty() {
-        return Vec::new();
-    }
-    let _ = killpg(Pid::from_raw(pgid), Signal::SIGTERM);
-    if wait_empty().is_empty() {
-        return Vec::new();
-    }
-    let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
-    wait_empty()
-}
 
 /// Running the child failed.
 #[derive(Debug, thiserror::Error)]
@@ -199,7 +174,7 @@ pub fn run_claimed(
     // The owner keeps L1 through the child's cleanup: what the child left in its group is
     // ended here, and a group that will not die is recorded as unverified cleanup.
     if group > 0 {
-        let survivors = end_group(group, GROUP_GRACE);
+        let survivors = kg_proc::end_group(group.unsigned_abs(), GROUP_GRACE);
         if !survivors.is_empty() {
             tracing::error!(
                 pgid = group,

@@ -12,21 +12,9 @@ pub fn hostname() -> String {
         .unwrap_or_else(|| "unknown-host".into())
 }
 
-/// Current UTC time, RFC 3339.
-pub fn now_utc() -> String {
-    time::OffsetDateTime::now_utc()
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
-}
-
+pub use kg_proc::now_utc;
 /// Start time of a process in clock ticks since boot (`/proc/<pid>/stat` field 22).
-pub fn pid_start_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may contain spaces and parentheses: split after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    // `rest` starts at field 3; field 22 is the 20th from here.
-    rest.split_whitespace().nth(19)?.parse().ok()
-}
+pub use kg_proc::start_ticks as pid_start_ticks;
 
 /// Whether `pid` is alive and (when `start_ticks` is known) is the same process, not a reuse.
 pub fn pid_alive(pid: u32, start_ticks: Option<u64>) -> bool {

@@ -17,6 +17,7 @@ use kg_contract::{
     LoadedWorkload, Performance, Problem, Reason, Retry, RetryReason, Solution, SourceFile, Status,
     TimingMethod, Trace,
 };
+use kg_proc::now_utc as now_iso;
 use serde_json::{Value, json};
 
 use crate::device::DeviceChoice;
@@ -164,12 +165,6 @@ struct Transfer {
 /// How long the parent waits for a pool descriptor the candidate says it sent (it sends it
 /// before replying, so it is there at once unless the candidate lied).
 const FD_WAIT: Duration = Duration::from_secs(5);
-
-fn now_iso() -> String {
-    time::OffsetDateTime::now_utc()
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
-}
 
 fn host_name() -> Option<String> {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
