@@ -159,13 +159,7 @@ fn options(cli: &Cli) -> Result<Options, ValidateError> {
 }
 
 fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    kg_cli::init_logging("warn");
     let matches = Cli::command().after_help(exit_codes_help()).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     std::process::exit(real_main(&cli));
