@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use indexmap::IndexMap;
-use kg_inject::{PySource, PyValue};
+use kg_inject::{Parametrize, PySource, PyValue};
 
 use crate::error::{HeldoutError, io_err};
 use crate::rules::{self, GeneratedRow, ShapeProblem};
@@ -117,226 +117,18 @@ pub fn plan_rules(task: &DiscoveredTask, user_seed: u64) -> Result<Plan, Heldout
     let scope = task.scope.clone().map_err(|r| unsupported(id, r))?;
     let cfg = TaskConfig::load(&task.dir.join("config.yaml"))?;
     let seed = user_seed ^ fnv(id);
-    let mut extra = kernel_files(&task.dir, &cfg);
-    let (shapes, injections, num_original, init_constraints) = match scope {
-        Scope::Vllm => {
-            let rel = "scripts/task_runner.py";
-            let path = task.dir.join(rel);
-            let src = PySource::read(&path)?;
-            let list = src
-                .test_shapes()
-                .ok_or_else(|| unsupported(id, format!("no `TEST_SHAPES = [...]` in {rel}")))?;
-            let rows = list.rows.clone().ok_or_else(|| {
-                unsupported(
-                    id,
-                    format!("{}: TEST_SHAPES is not a literal list", list.location),
-                )
-            })?;
-            let rows: Vec<PyValue> = rows.into_iter().map(|r| r.value).collect();
-            let names = src.row_names("TEST_SHAPES").unwrap_or_default();
-            extra.push(path.clone());
-            let generated = run_rules(id, rows.clone(), names, &extra, vec![], seed)?;
-            let indent = src.indent_at(list.stmt.start).to_string();
-            let code = splice(
-                &src,
-                list.stmt,
-                list.value,
-                &rules::render_list(&generated, &indent),
-            );
-            let code = kg_inject::reindent(&code, "");
-            (
-                entries(&generated, &format!("{rel}: TEST_SHAPES")),
-                vec![Injection {
-                    file: rel.into(),
-                    find_marker: "TEST_SHAPES".into(),
-                    replacement_code: format!("{code}\n"),
-                    old_code: None,
-                }],
-                rows.len() as u64,
-                None,
-            )
-        }
-        Scope::Rocmbench => {
-            let mut files: Vec<String> = cfg
-                .source_file_path
-                .iter()
-                .filter(|p| p.ends_with(".py"))
-                .cloned()
-                .collect();
-            for e in std::fs::read_dir(&task.dir)
-                .map_err(io_err(&task.dir))?
-                .flatten()
-            {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if name.starts_with("test_") && name.ends_with(".py") && !files.contains(&name) {
-                    files.push(name);
-                }
-            }
-            files.sort();
-            let mut shapes = Vec::new();
-            let mut injections = Vec::new();
-            let mut num_original = 0u64;
-            for rel in &files {
-                let path = task.dir.join(rel);
-                let src = PySource::read(&path)?;
-                extra.push(path.clone());
-                let constraints = constraints_from(&extra);
-                for p in src.parametrizes() {
-                    let Some(rows) = p.rows.clone() else {
-                        tracing::warn!(
-                            "{}: parametrize({:?}) values are not literal; left as they are",
-                            p.location,
-                            p.argnames
-                        );
-                        continue;
-                    };
-                    // Scalar rows for one argname.
-                    let scalar = p.argnames.len() == 1;
-                    let names = p.argnames.clone();
-                    let problem = ShapeProblem {
-                        rows: rows.clone(),
-                        names: if scalar {
-                            vec![Some(names[0].clone())]
-                        } else {
-                            names.iter().cloned().map(Some).collect()
-                        },
-                        constraints: constraints.clone(),
-                        init_values: vec![],
-                        seed,
-                    };
-                    let generated = match rules::generate(&problem) {
-                        Ok(g) => g,
-                        Err(why) => {
-                            tracing::warn!(
-                                "{}: parametrize({:?}) left as it is: {why}",
-                                p.location,
-                                p.argnames
-                            );
-                            continue;
-                        }
-                    };
-                    if num_original == 0 && !p.function.contains("performance") {
-                        num_original = rows.len() as u64;
-                    }
-                    let indent = src.indent_at(p.decorator.start).to_string();
-                    let old = src.slice(p.decorator).to_string();
-                    let new = splice(
-                        &src,
-                        p.decorator,
-                        p.argvalues,
-                        &rules::render_list(&generated, &indent),
-                    );
-                    shapes.extend(entries(
-                        &generated,
-                        &format!("{rel}: {}({})", p.function, p.argnames.join(",")),
-                    ));
-                    injections.push(Injection {
-                        file: rel.clone(),
-                        find_marker: "raw_replace".into(),
-                        replacement_code: new,
-                        old_code: Some(old),
-                    });
-                }
-            }
-            if injections.is_empty() {
-                return Err(unsupported(
-                    id,
-                    "no @pytest.mark.parametrize with literal values in the task's test files",
-                ));
-            }
-            (shapes, injections, num_original, None)
-        }
-        Scope::Gpumode => {
-            let module = find_py(&task.dir.join("pytorch_code_module"), |n| {
-                !n.ends_with("_func.py")
-            })
-            .ok_or_else(|| unsupported(id, "no pytorch_code_module/*.py"))?;
-            let func = find_py(&task.dir.join("pytorch_code_functional"), |n| {
-                n.ends_with("_func.py")
-            })
-            .ok_or_else(|| unsupported(id, "no pytorch_code_functional/*_func.py"))?;
-            let src = PySource::read(&module)?;
-            let g = src.get_inputs().ok_or_else(|| {
-                unsupported(id, format!("no `def get_inputs(` in {}", module.display()))
-            })?;
-            let configs = g.configs.clone().ok_or_else(|| {
-                unsupported(
-                    id,
-                    format!(
-                        "{}: get_inputs() has no literal shape list (`configs = [...]`)",
-                        g.location
-                    ),
-                )
-            })?;
-            let rows: Vec<PyValue> = configs
-                .rows
-                .clone()
-                .ok_or_else(|| {
-                    unsupported(
-                        id,
-                        format!("{}: the shape list is not literal", configs.location),
-                    )
-                })?
-                .into_iter()
-                .map(|r| r.value)
-                .collect();
-            let names = src.row_names(&configs.name).unwrap_or_default();
-            let init = src.init_kwargs().unwrap_or_default();
-            let init_values: Vec<i64> = init
-                .iter()
-                .filter_map(|(_, v)| match v {
-                    PyValue::Int(i) => Some(*i),
-                    _ => None,
-                })
-                .collect();
-            let generated = run_rules(id, rows.clone(), names, &extra, init_values, seed)?;
-            let indent = src.indent_at(configs.stmt.start).to_string();
-            let code = splice(
-                &src,
-                g.def,
-                configs.value,
-                &rules::render_list(&generated, &indent),
-            );
-            let code = format!("{}\n", code.trim_end());
-            let rel = |p: &Path| {
-                p.strip_prefix(&task.dir)
-                    .unwrap_or(p)
-                    .to_string_lossy()
-                    .into_owned()
-            };
-            let mut init_map = IndexMap::new();
-            for (k, v) in &init {
-                if let Some(j) = to_json(v) {
-                    init_map.insert(k.clone(), j);
-                }
-            }
-            (
-                entries(&generated, &format!("{}: get_inputs", rel(&module))),
-                vec![
-                    Injection {
-                        file: rel(&module),
-                        find_marker: "def get_inputs".into(),
-                        replacement_code: code.clone(),
-                        old_code: None,
-                    },
-                    Injection {
-                        file: rel(&func),
-                        find_marker: "def get_inputs".into(),
-                        replacement_code: code,
-                        old_code: None,
-                    },
-                ],
-                rows.len() as u64,
-                Some(init_map),
-            )
-        }
+    let extra = kernel_files(&task.dir, &cfg);
+    let planned = match scope {
+        Scope::Vllm => plan_vllm(task, seed, extra)?,
+        Scope::Rocmbench => plan_rocmbench(task, &cfg, seed, extra)?,
+        Scope::Gpumode => plan_gpumode(task, seed, &extra)?,
     };
     let shapes = HeldOutShapes {
         task_type: cfg.task_type.clone(),
-        num_original_shapes: num_original,
-        init_constraints,
-        injections,
-        shapes,
+        num_original_shapes: planned.num_original,
+        init_constraints: planned.init_constraints,
+        injections: planned.injections,
+        shapes: planned.shapes,
         generator: Some(Generator {
             backend: "rules".into(),
             seed: Some(user_seed),
@@ -347,6 +139,272 @@ pub fn plan_rules(task: &DiscoveredTask, user_seed: u64) -> Result<Plan, Heldout
     Ok(Plan {
         task_id: id.to_string(),
         shapes,
+    })
+}
+
+/// What a scope's reader built for a task's held-out file.
+struct Planned {
+    shapes: Vec<ShapeEntry>,
+    injections: Vec<Injection>,
+    num_original: u64,
+    init_constraints: Option<IndexMap<String, serde_json::Value>>,
+}
+
+/// vLLM: `TEST_SHAPES = [...]` in `scripts/task_runner.py`, replaced whole. `extra` are the
+/// files whose `assert`s constrain the rows.
+fn plan_vllm(
+    task: &DiscoveredTask,
+    seed: u64,
+    mut extra: Vec<PathBuf>,
+) -> Result<Planned, HeldoutError> {
+    let id = task.id.as_str();
+    let rel = "scripts/task_runner.py";
+    let path = task.dir.join(rel);
+    let src = PySource::read(&path)?;
+    let list = src
+        .test_shapes()
+        .ok_or_else(|| unsupported(id, format!("no `TEST_SHAPES = [...]` in {rel}")))?;
+    let rows = list.rows.clone().ok_or_else(|| {
+        unsupported(
+            id,
+            format!("{}: TEST_SHAPES is not a literal list", list.location),
+        )
+    })?;
+    let rows: Vec<PyValue> = rows.into_iter().map(|r| r.value).collect();
+    let names = src.row_names("TEST_SHAPES").unwrap_or_default();
+    extra.push(path.clone());
+    let generated = run_rules(id, rows.clone(), names, &extra, vec![], seed)?;
+    let indent = src.indent_at(list.stmt.start).to_string();
+    let code = splice(
+        &src,
+        list.stmt,
+        list.value,
+        &rules::render_list(&generated, &indent),
+    );
+    let code = kg_inject::reindent(&code, "");
+    Ok(Planned {
+        shapes: entries(&generated, &format!("{rel}: TEST_SHAPES")),
+        injections: vec![Injection {
+            file: rel.into(),
+            find_marker: "TEST_SHAPES".into(),
+            replacement_code: format!("{code}\n"),
+            old_code: None,
+        }],
+        num_original: rows.len() as u64,
+        init_constraints: None,
+    })
+}
+
+/// rocmbench: every `@pytest.mark.parametrize` with literal values in the kernel's and the
+/// task's `test_*.py` files, each replaced in place; one that cannot be handled is left as it
+/// is. Each file's `assert`s join `extra` before its rows are generated.
+fn plan_rocmbench(
+    task: &DiscoveredTask,
+    cfg: &TaskConfig,
+    seed: u64,
+    mut extra: Vec<PathBuf>,
+) -> Result<Planned, HeldoutError> {
+    let mut planned = Planned {
+        shapes: Vec::new(),
+        injections: Vec::new(),
+        num_original: 0,
+        init_constraints: None,
+    };
+    for rel in &rocmbench_files(task, cfg)? {
+        let path = task.dir.join(rel);
+        let src = PySource::read(&path)?;
+        extra.push(path.clone());
+        let constraints = constraints_from(&extra);
+        for p in src.parametrizes() {
+            plan_parametrize(&src, rel, &p, &constraints, seed, &mut planned);
+        }
+    }
+    if planned.injections.is_empty() {
+        return Err(unsupported(
+            &task.id,
+            "no @pytest.mark.parametrize with literal values in the task's test files",
+        ));
+    }
+    Ok(planned)
+}
+
+/// The kernel's Python sources and the task's `test_*.py` files, sorted.
+fn rocmbench_files(task: &DiscoveredTask, cfg: &TaskConfig) -> Result<Vec<String>, HeldoutError> {
+    let mut files: Vec<String> = cfg
+        .source_file_path
+        .iter()
+        .filter(|p| p.ends_with(".py"))
+        .cloned()
+        .collect();
+    for e in std::fs::read_dir(&task.dir)
+        .map_err(io_err(&task.dir))?
+        .flatten()
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with("test_") && name.ends_with(".py") && !files.contains(&name) {
+            files.push(name);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Adds one parametrize's rows and its injection to `planned`; one without literal values or
+/// whose rows cannot be handled is left as it is (with a warning).
+fn plan_parametrize(
+    src: &PySource,
+    rel: &str,
+    p: &Parametrize,
+    constraints: &[(String, kg_inject::ConstraintKind)],
+    seed: u64,
+    planned: &mut Planned,
+) {
+    let Some(rows) = p.rows.clone() else {
+        tracing::warn!(
+            "{}: parametrize({:?}) values are not literal; left as they are",
+            p.location,
+            p.argnames
+        );
+        return;
+    };
+    // Scalar rows for one argname.
+    let scalar = p.argnames.len() == 1;
+    let names = p.argnames.clone();
+    let problem = ShapeProblem {
+        rows: rows.clone(),
+        names: if scalar {
+            vec![Some(names[0].clone())]
+        } else {
+            names.iter().cloned().map(Some).collect()
+        },
+        constraints: constraints.to_vec(),
+        init_values: vec![],
+        seed,
+    };
+    let generated = match rules::generate(&problem) {
+        Ok(g) => g,
+        Err(why) => {
+            tracing::warn!(
+                "{}: parametrize({:?}) left as it is: {why}",
+                p.location,
+                p.argnames
+            );
+            return;
+        }
+    };
+    if planned.num_original == 0 && !p.function.contains("performance") {
+        planned.num_original = rows.len() as u64;
+    }
+    let indent = src.indent_at(p.decorator.start).to_string();
+    let old = src.slice(p.decorator).to_string();
+    let new = splice(
+        src,
+        p.decorator,
+        p.argvalues,
+        &rules::render_list(&generated, &indent),
+    );
+    planned.shapes.extend(entries(
+        &generated,
+        &format!("{rel}: {}({})", p.function, p.argnames.join(",")),
+    ));
+    planned.injections.push(Injection {
+        file: rel.to_string(),
+        find_marker: "raw_replace".into(),
+        replacement_code: new,
+        old_code: Some(old),
+    });
+}
+
+/// GPU MODE: the literal shape list of `get_inputs()` in the module, the same `get_inputs`
+/// written into the module and its functional twin; `get_init_inputs()` values are kept and
+/// recorded as `init_constraints`.
+fn plan_gpumode(
+    task: &DiscoveredTask,
+    seed: u64,
+    extra: &[PathBuf],
+) -> Result<Planned, HeldoutError> {
+    let id = task.id.as_str();
+    let module = find_py(&task.dir.join("pytorch_code_module"), |n| {
+        !n.ends_with("_func.py")
+    })
+    .ok_or_else(|| unsupported(id, "no pytorch_code_module/*.py"))?;
+    let func = find_py(&task.dir.join("pytorch_code_functional"), |n| {
+        n.ends_with("_func.py")
+    })
+    .ok_or_else(|| unsupported(id, "no pytorch_code_functional/*_func.py"))?;
+    let src = PySource::read(&module)?;
+    let g = src
+        .get_inputs()
+        .ok_or_else(|| unsupported(id, format!("no `def get_inputs(` in {}", module.display())))?;
+    let configs = g.configs.clone().ok_or_else(|| {
+        unsupported(
+            id,
+            format!(
+                "{}: get_inputs() has no literal shape list (`configs = [...]`)",
+                g.location
+            ),
+        )
+    })?;
+    let rows: Vec<PyValue> = configs
+        .rows
+        .clone()
+        .ok_or_else(|| {
+            unsupported(
+                id,
+                format!("{}: the shape list is not literal", configs.location),
+            )
+        })?
+        .into_iter()
+        .map(|r| r.value)
+        .collect();
+    let names = src.row_names(&configs.name).unwrap_or_default();
+    let init = src.init_kwargs().unwrap_or_default();
+    let init_values: Vec<i64> = init
+        .iter()
+        .filter_map(|(_, v)| match v {
+            PyValue::Int(i) => Some(*i),
+            _ => None,
+        })
+        .collect();
+    let generated = run_rules(id, rows.clone(), names, extra, init_values, seed)?;
+    let indent = src.indent_at(configs.stmt.start).to_string();
+    let code = splice(
+        &src,
+        g.def,
+        configs.value,
+        &rules::render_list(&generated, &indent),
+    );
+    let code = format!("{}\n", code.trim_end());
+    let rel = |p: &Path| {
+        p.strip_prefix(&task.dir)
+            .unwrap_or(p)
+            .to_string_lossy()
+            .into_owned()
+    };
+    let mut init_map = IndexMap::new();
+    for (k, v) in &init {
+        if let Some(j) = to_json(v) {
+            init_map.insert(k.clone(), j);
+        }
+    }
+    Ok(Planned {
+        shapes: entries(&generated, &format!("{}: get_inputs", rel(&module))),
+        injections: vec![
+            Injection {
+                file: rel(&module),
+                find_marker: "def get_inputs".into(),
+                replacement_code: code.clone(),
+                old_code: None,
+            },
+            Injection {
+                file: rel(&func),
+                find_marker: "def get_inputs".into(),
+                replacement_code: code,
+                old_code: None,
+            },
+        ],
+        num_original: rows.len() as u64,
+        init_constraints: Some(init_map),
     })
 }
 
