@@ -132,6 +132,162 @@ impl StageStatus {
     }
 }
 
+/// The ten stages, in pipeline order (which `Ord` follows). Serialised as the `stages` key and
+/// as a finding's `stage`.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum StageName {
+    /// Patch applied to a clean base.
+    MergeSim,
+    /// GPU claimed (or `NO_GPU`).
+    GpuClaim,
+    /// The repository's package imports against the installed runtime.
+    RuntimeCompat,
+    /// Tolerance and commented-row policy, head vs base.
+    TestPolicy,
+    /// Base run with the patch reversed.
+    BaselineControl,
+    /// The repository's target on head.
+    CorrectnessRepoTests,
+    /// The validator's grid on head.
+    CorrectnessS1Grid,
+    /// The validator-owned route receipt.
+    ExecutionReceipt,
+    /// Index × stride products without int64 widening (info).
+    IndexWidthScan,
+    /// Base vs head timing (not required).
+    Perf,
+}
+
+impl StageName {
+    /// Every stage, in pipeline order.
+    pub const ALL: [StageName; 10] = [
+        StageName::MergeSim,
+        StageName::GpuClaim,
+        StageName::RuntimeCompat,
+        StageName::TestPolicy,
+        StageName::BaselineControl,
+        StageName::CorrectnessRepoTests,
+        StageName::CorrectnessS1Grid,
+        StageName::ExecutionReceipt,
+        StageName::IndexWidthScan,
+        StageName::Perf,
+    ];
+
+    /// The serialised spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StageName::MergeSim => "merge_sim",
+            StageName::GpuClaim => "gpu_claim",
+            StageName::RuntimeCompat => "runtime_compat",
+            StageName::TestPolicy => "test_policy",
+            StageName::BaselineControl => "baseline_control",
+            StageName::CorrectnessRepoTests => "correctness_repo_tests",
+            StageName::CorrectnessS1Grid => "correctness_s1_grid",
+            StageName::ExecutionReceipt => "execution_receipt",
+            StageName::IndexWidthScan => "index_width_scan",
+            StageName::Perf => "perf",
+        }
+    }
+}
+
+impl std::fmt::Display for StageName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // `pad`, not `write_str`: widths and alignment behave as they did for the `&str` names.
+        f.pad(self.as_str())
+    }
+}
+
+/// Which tree a run saw. Each phase has its own caches and HOME.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// Patch reversed.
+    Base,
+    /// Patch applied.
+    Head,
+}
+
+impl Phase {
+    /// The serialised spelling: `base` or `head`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Base => "base",
+            Phase::Head => "head",
+        }
+    }
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+/// Whether the target needs a GPU, as far as a run with no visible device could tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum GpuRequirement {
+    /// Passed with no visible device, ≥ 1 test executed.
+    NotRequired,
+    /// Failed or executed nothing without a device.
+    Required,
+    /// A GPU was claimed, or the run without a device failed on a missing dependency (see
+    /// [`RunRecord::cause`]), or no such run happened.
+    NotEvaluated,
+}
+
+impl GpuRequirement {
+    /// The serialised spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GpuRequirement::NotRequired => "not-required",
+            GpuRequirement::Required => "required",
+            GpuRequirement::NotEvaluated => "not-evaluated",
+        }
+    }
+}
+
+impl std::fmt::Display for GpuRequirement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+/// What the base run of `baseline_control` found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum BaseState {
+    /// The target ran on base.
+    Ran,
+    /// The target exited 0 on base with every test skipped.
+    AllSkipped,
+    /// The target does not exist on base (the PR adds it).
+    TargetNotPresent,
+    /// No base run happened.
+    NotRun,
+}
+
+impl BaseState {
+    /// The serialised spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BaseState::Ran => "ran",
+            BaseState::AllSkipped => "all-skipped",
+            BaseState::TargetNotPresent => "target-not-present",
+            BaseState::NotRun => "not-run",
+        }
+    }
+}
+
+impl std::fmt::Display for BaseState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 /// The verdict of a report (the seed's `report.py` rule).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum Verdict {
@@ -193,7 +349,7 @@ pub struct Finding {
     /// How serious.
     pub severity: Severity,
     /// The stage that produced it.
-    pub stage: String,
+    pub stage: StageName,
     /// What was found, naming the file, line or row.
     pub detail: String,
 }
@@ -331,7 +487,7 @@ pub struct TestSelection {
     /// `not-required` (passed with no visible device, ≥ 1 test executed), `required`
     /// (failed or executed nothing without a device), `not-evaluated` (a GPU was claimed, or
     /// the run without a device failed on a missing dependency: see [`RunRecord::cause`]).
-    pub gpu_requirement: String,
+    pub gpu_requirement: GpuRequirement,
 }
 
 /// Counts of one run.
@@ -395,7 +551,7 @@ pub struct RunRecord {
     /// `head-repo`, `base-repo`, `base-invalid-grid`, `head-grid`, `perf-base-1`, ...
     pub name: String,
     /// `base` or `head`.
-    pub phase: String,
+    pub phase: Phase,
     /// `pytest` or `script`.
     pub runner: String,
     /// The argument vector (interpreter first).
@@ -634,7 +790,7 @@ pub struct Stage {
     pub exit_code: Option<i32>,
     /// `baseline_control`: `ran`, `all-skipped`, `target-not-present` or `not-run`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub base_state: Option<String>,
+    pub base_state: Option<BaseState>,
     /// `execution_receipt`: the receipts checked.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub receipts: Vec<ExecutionReceipt>,
@@ -718,32 +874,35 @@ pub struct Stages {
 
 impl Stages {
     /// Every stage as `(name, stage)`, in order.
-    pub fn iter(&self) -> [(&'static str, &Stage); 10] {
+    pub fn iter(&self) -> [(StageName, &Stage); 10] {
         [
-            ("merge_sim", &self.merge_sim),
-            ("gpu_claim", &self.gpu_claim),
-            ("runtime_compat", &self.runtime_compat),
-            ("test_policy", &self.test_policy),
-            ("baseline_control", &self.baseline_control),
-            ("correctness_repo_tests", &self.correctness_repo_tests),
-            ("correctness_s1_grid", &self.correctness_s1_grid),
-            ("execution_receipt", &self.execution_receipt),
-            ("index_width_scan", &self.index_width_scan),
-            ("perf", &self.perf),
+            (StageName::MergeSim, &self.merge_sim),
+            (StageName::GpuClaim, &self.gpu_claim),
+            (StageName::RuntimeCompat, &self.runtime_compat),
+            (StageName::TestPolicy, &self.test_policy),
+            (StageName::BaselineControl, &self.baseline_control),
+            (
+                StageName::CorrectnessRepoTests,
+                &self.correctness_repo_tests,
+            ),
+            (StageName::CorrectnessS1Grid, &self.correctness_s1_grid),
+            (StageName::ExecutionReceipt, &self.execution_receipt),
+            (StageName::IndexWidthScan, &self.index_width_scan),
+            (StageName::Perf, &self.perf),
         ]
     }
 
     /// Stages whose `pass` (or `info` for the scan) a PASS requires.
-    pub const REQUIRED: [&'static str; 9] = [
-        "merge_sim",
-        "gpu_claim",
-        "runtime_compat",
-        "test_policy",
-        "baseline_control",
-        "correctness_repo_tests",
-        "correctness_s1_grid",
-        "execution_receipt",
-        "index_width_scan",
+    pub const REQUIRED: [StageName; 9] = [
+        StageName::MergeSim,
+        StageName::GpuClaim,
+        StageName::RuntimeCompat,
+        StageName::TestPolicy,
+        StageName::BaselineControl,
+        StageName::CorrectnessRepoTests,
+        StageName::CorrectnessS1Grid,
+        StageName::ExecutionReceipt,
+        StageName::IndexWidthScan,
     ];
 
     /// All stages `skip` with the same reason (filled in as the pipeline goes).
@@ -809,4 +968,84 @@ pub struct ValidationReport {
     pub verdict_reason: String,
     /// The process exit code that goes with the verdict.
     pub process_exit_code: i32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `as_str` (used in notes, summaries and JUnit) must be exactly the serde spelling.
+    fn spelled<T: Serialize + Copy>(values: &[T], as_str: fn(T) -> &'static str) -> Vec<String> {
+        values
+            .iter()
+            .map(|v| {
+                let json = serde_json::to_value(v).unwrap();
+                assert_eq!(json.as_str(), Some(as_str(*v)));
+                as_str(*v).to_string()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn enum_spellings_are_the_report_strings() {
+        assert_eq!(
+            spelled(&StageName::ALL, StageName::as_str),
+            [
+                "merge_sim",
+                "gpu_claim",
+                "runtime_compat",
+                "test_policy",
+                "baseline_control",
+                "correctness_repo_tests",
+                "correctness_s1_grid",
+                "execution_receipt",
+                "index_width_scan",
+                "perf",
+            ]
+        );
+        assert_eq!(
+            spelled(&[Phase::Base, Phase::Head], Phase::as_str),
+            ["base", "head"]
+        );
+        assert_eq!(
+            spelled(
+                &[
+                    GpuRequirement::NotRequired,
+                    GpuRequirement::Required,
+                    GpuRequirement::NotEvaluated
+                ],
+                GpuRequirement::as_str
+            ),
+            ["not-required", "required", "not-evaluated"]
+        );
+        assert_eq!(
+            spelled(
+                &[
+                    BaseState::Ran,
+                    BaseState::AllSkipped,
+                    BaseState::TargetNotPresent,
+                    BaseState::NotRun
+                ],
+                BaseState::as_str
+            ),
+            ["ran", "all-skipped", "target-not-present", "not-run"]
+        );
+        assert_eq!(format!("{:<8}|", StageName::Perf), "perf    |");
+    }
+
+    #[test]
+    fn stage_names_are_the_stages_keys_in_order() {
+        let stages = serde_json::to_value(Stages::not_run("x")).unwrap();
+        let keys: Vec<&str> = stages
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let names: Vec<&str> = StageName::ALL.iter().map(|n| n.as_str()).collect();
+        assert_eq!(keys, names);
+        let iter: Vec<StageName> = Stages::not_run("x").iter().map(|(n, _)| n).to_vec();
+        assert_eq!(iter, StageName::ALL);
+        assert!(StageName::ALL.is_sorted());
+    }
 }

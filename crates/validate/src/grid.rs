@@ -129,139 +129,13 @@ pub fn find(
         defaults_reason: String::new(),
     };
     if let Some(var) = shape_env {
-        let read = sources
-            .iter()
-            .flat_map(|s| s.env_reads())
-            .find(|r| r.name.as_deref() == Some(var));
-        match read {
-            Some(r) => {
-                tried.push(format!("env `{var}`: read at {}", r.location));
-                if out.channel.is_none() {
-                    out.channel = Some(Channel::Env(var.to_string()));
-                    match r.default.as_ref().and_then(default_cells) {
-                        Some(d) => {
-                            out.defaults = Some(d);
-                            out.defaults_reason = format!(
-                                "compared with the literal default of `{var}` at {}",
-                                r.location
-                            );
-                        }
-                        None => {
-                            out.defaults_reason = format!(
-                                "`{var}` is read without a literal default, so the target declares no default cells to compare"
-                            )
-                        }
-                    }
-                }
-            }
-            None => tried.push(format!(
-                "env `{var}`: the target and its conftest.py never read it (os.getenv / os.environ)"
-            )),
-        }
+        find_env(sources, var, &mut tried, &mut out);
     }
     if let Some(flag) = shape_arg {
-        if runner != "script" {
-            tried.push(format!(
-                "cli `{flag}`: the target runs under {runner}; argv reaches script targets only"
-            ));
-        } else {
-            let decl = sources
-                .iter()
-                .flat_map(|s| s.arg_defaults())
-                .find(|a| a.flags.iter().any(|f| f == flag));
-            match decl {
-                Some(a) => {
-                    tried.push(format!(
-                        "cli `{flag}`: declared by add_argument at {}",
-                        a.location
-                    ));
-                    if out.channel.is_none() {
-                        let list_default = matches!(
-                            a.default,
-                            Some(kg_inject::PyValue::List(_) | kg_inject::PyValue::Tuple(_))
-                        );
-                        out.channel = Some(Channel::Cli {
-                            flag: flag.to_string(),
-                            list_default,
-                        });
-                        match a.default.as_ref().and_then(default_cells) {
-                            Some(d) => {
-                                out.defaults = Some(d);
-                                out.defaults_reason = format!(
-                                    "compared with the declared default of `{flag}` at {}",
-                                    a.location
-                                );
-                            }
-                            None => {
-                                out.defaults_reason =
-                                    format!("`{flag}` has no literal default (none, or computed)")
-                            }
-                        }
-                    }
-                }
-                None => tried.push(format!("cli `{flag}`: no add_argument declares it")),
-            }
-        }
+        find_cli(sources, runner, flag, &mut tried, &mut out);
     }
     if let Some(names) = shape_argnames {
-        let joined = names.join(",");
-        if runner != "pytest" {
-            tried.push(format!(
-                "pytest `{joined}`: the target runs under {runner}, not pytest"
-            ));
-        } else {
-            let mut want: Vec<&str> = names.iter().map(String::as_str).collect();
-            want.sort_unstable();
-            let p = sources.iter().flat_map(|s| s.parametrizes()).find(|p| {
-                let mut got: Vec<&str> = p.argnames.iter().map(String::as_str).collect();
-                got.sort_unstable();
-                got == want
-            });
-            match p {
-                Some(p) => {
-                    tried.push(format!(
-                        "pytest `{joined}`: bound by @pytest.mark.parametrize on `{}` at {}",
-                        p.function, p.location
-                    ));
-                    if out.channel.is_none() {
-                        out.channel = Some(Channel::Pytest(names.to_vec()));
-                        match &p.rows {
-                            Some(rows) => {
-                                // Reorder each row's fields to the requested argname order.
-                                let order: Vec<usize> = names
-                                    .iter()
-                                    .filter_map(|n| p.argnames.iter().position(|a| a == n))
-                                    .collect();
-                                let cells = rows
-                                    .iter()
-                                    .map(|r| match r.items() {
-                                        Some(items) if items.len() == p.argnames.len() => {
-                                            normalize_cell(
-                                                &order
-                                                    .iter()
-                                                    .map(|&i| value_token(&items[i]))
-                                                    .collect::<Vec<_>>()
-                                                    .join(","),
-                                            )
-                                        }
-                                        _ => normalize_cell(&value_token(r)),
-                                    })
-                                    .collect();
-                                out.defaults = Some(cells);
-                                out.defaults_reason =
-                                    format!("compared with the parametrize rows at {}", p.location);
-                            }
-                            None => {
-                                out.defaults_reason = "the parametrize rows are not literal".into()
-                            }
-                        }
-                    }
-                }
-                None => tried.push(format!(
-                    "pytest `{joined}`: no @pytest.mark.parametrize binds exactly these names"
-                )),
-            }
-        }
+        find_pytest(sources, runner, names, &mut tried, &mut out);
     }
     if tried.is_empty() {
         tried.push("no channel flag given (--shape-env, --shape-arg or --shape-argnames)".into());
@@ -269,6 +143,158 @@ pub fn find(
     }
     out.reason = tried.join("; ");
     out
+}
+
+/// The `--shape-env` channel: the target reads `var`. Notes what was found in `tried`; the
+/// first channel found (`out.channel` still `None`) becomes `out`'s.
+fn find_env(sources: &[PySource], var: &str, tried: &mut Vec<String>, out: &mut ChannelSearch) {
+    let read = sources
+        .iter()
+        .flat_map(|s| s.env_reads())
+        .find(|r| r.name.as_deref() == Some(var));
+    match read {
+        Some(r) => {
+            tried.push(format!("env `{var}`: read at {}", r.location));
+            if out.channel.is_none() {
+                out.channel = Some(Channel::Env(var.to_string()));
+                match r.default.as_ref().and_then(default_cells) {
+                    Some(d) => {
+                        out.defaults = Some(d);
+                        out.defaults_reason = format!(
+                            "compared with the literal default of `{var}` at {}",
+                            r.location
+                        );
+                    }
+                    None => {
+                        out.defaults_reason = format!(
+                            "`{var}` is read without a literal default, so the target declares no default cells to compare"
+                        )
+                    }
+                }
+            }
+        }
+        None => tried.push(format!(
+            "env `{var}`: the target and its conftest.py never read it (os.getenv / os.environ)"
+        )),
+    }
+}
+
+/// The `--shape-arg` channel: a script target declares `flag` with `add_argument`.
+fn find_cli(
+    sources: &[PySource],
+    runner: &str,
+    flag: &str,
+    tried: &mut Vec<String>,
+    out: &mut ChannelSearch,
+) {
+    if runner != "script" {
+        tried.push(format!(
+            "cli `{flag}`: the target runs under {runner}; argv reaches script targets only"
+        ));
+    } else {
+        let decl = sources
+            .iter()
+            .flat_map(|s| s.arg_defaults())
+            .find(|a| a.flags.iter().any(|f| f == flag));
+        match decl {
+            Some(a) => {
+                tried.push(format!(
+                    "cli `{flag}`: declared by add_argument at {}",
+                    a.location
+                ));
+                if out.channel.is_none() {
+                    let list_default = matches!(
+                        a.default,
+                        Some(kg_inject::PyValue::List(_) | kg_inject::PyValue::Tuple(_))
+                    );
+                    out.channel = Some(Channel::Cli {
+                        flag: flag.to_string(),
+                        list_default,
+                    });
+                    match a.default.as_ref().and_then(default_cells) {
+                        Some(d) => {
+                            out.defaults = Some(d);
+                            out.defaults_reason = format!(
+                                "compared with the declared default of `{flag}` at {}",
+                                a.location
+                            );
+                        }
+                        None => {
+                            out.defaults_reason =
+                                format!("`{flag}` has no literal default (none, or computed)")
+                        }
+                    }
+                }
+            }
+            None => tried.push(format!("cli `{flag}`: no add_argument declares it")),
+        }
+    }
+}
+
+/// The `--shape-argnames` channel: a pytest target parametrizes exactly `names`.
+fn find_pytest(
+    sources: &[PySource],
+    runner: &str,
+    names: &[String],
+    tried: &mut Vec<String>,
+    out: &mut ChannelSearch,
+) {
+    let joined = names.join(",");
+    if runner != "pytest" {
+        tried.push(format!(
+            "pytest `{joined}`: the target runs under {runner}, not pytest"
+        ));
+    } else {
+        let mut want: Vec<&str> = names.iter().map(String::as_str).collect();
+        want.sort_unstable();
+        let p = sources.iter().flat_map(|s| s.parametrizes()).find(|p| {
+            let mut got: Vec<&str> = p.argnames.iter().map(String::as_str).collect();
+            got.sort_unstable();
+            got == want
+        });
+        match p {
+            Some(p) => {
+                tried.push(format!(
+                    "pytest `{joined}`: bound by @pytest.mark.parametrize on `{}` at {}",
+                    p.function, p.location
+                ));
+                if out.channel.is_none() {
+                    out.channel = Some(Channel::Pytest(names.to_vec()));
+                    match &p.rows {
+                        Some(rows) => {
+                            // Reorder each row's fields to the requested argname order.
+                            let order: Vec<usize> = names
+                                .iter()
+                                .filter_map(|n| p.argnames.iter().position(|a| a == n))
+                                .collect();
+                            let cells = rows
+                                .iter()
+                                .map(|r| match r.items() {
+                                    Some(items) if items.len() == p.argnames.len() => {
+                                        normalize_cell(
+                                            &order
+                                                .iter()
+                                                .map(|&i| value_token(&items[i]))
+                                                .collect::<Vec<_>>()
+                                                .join(","),
+                                        )
+                                    }
+                                    _ => normalize_cell(&value_token(r)),
+                                })
+                                .collect();
+                            out.defaults = Some(cells);
+                            out.defaults_reason =
+                                format!("compared with the parametrize rows at {}", p.location);
+                        }
+                        None => out.defaults_reason = "the parametrize rows are not literal".into(),
+                    }
+                }
+            }
+            None => tried.push(format!(
+                "pytest `{joined}`: no @pytest.mark.parametrize binds exactly these names"
+            )),
+        }
+    }
 }
 
 /// `adds-coverage`, `duplicates-target-defaults` or `unknown` for `cells` against `defaults`.

@@ -8,6 +8,8 @@
 //! ([`runtime`]), `test_policy` ([`policy`], kg-inject syntax trees), `baseline_control`,
 //! `correctness_repo_tests`, `correctness_s1_grid` ([`grid`]), `execution_receipt` (the
 //! validator-owned probe in `py/`, cells checked in [`receipt`]), `index_width_scan` ([`index_scan`]), `perf` ([`perf`]).
+//! Each stage is a module of the private `stages/` (`stages/<stage>.rs`, with a `run` over the
+//! shared state and context); [`pipeline`] keeps the order they run in and what ends a run.
 //! The verdict rule is in [`verdict`].
 //!
 //! # Ownership
@@ -43,6 +45,7 @@ pub mod receipt;
 pub mod runner;
 pub mod runtime;
 pub mod shapes;
+mod stages;
 pub mod target;
 pub mod verdict;
 pub mod worktree;

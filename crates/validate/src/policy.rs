@@ -3,7 +3,7 @@
 //! findings; `--tol-table` references and rows already commented out in base are recorded as
 //! context, as the seed records them, and never decide a verdict.
 
-use kg_contract::report::{Finding, Severity, ToleranceChange};
+use kg_contract::report::{Finding, Severity, StageName, ToleranceChange};
 use kg_inject::{PySource, PyValue, Span, ToleranceKind};
 
 use crate::shapes::normalize_token;
@@ -231,7 +231,7 @@ pub fn check(
                 if !kernel_changed {
                     r.findings.push(Finding {
                         severity: Severity::Blocker,
-                        stage: "test_policy".into(),
+                        stage: StageName::TestPolicy,
                         detail: format!(
                             "{detail} in a test-only change{}: the suite can no longer catch what it caught before",
                             others_note(changed)
@@ -240,7 +240,7 @@ pub fn check(
                 } else {
                     r.findings.push(Finding {
                         severity: Severity::ShouldFix,
-                        stage: "test_policy".into(),
+                        stage: StageName::TestPolicy,
                         detail: format!(
                             "{detail} while kernel code also changed; justify the looser bound numerically or restore it"
                         ),
@@ -269,7 +269,7 @@ pub fn check(
         if !new_rows.is_empty() {
             r.findings.push(Finding {
                 severity: Severity::ShouldFix,
-                stage: "test_policy".into(),
+                stage: StageName::TestPolicy,
                 detail: format!(
                     "{} shape row(s) newly commented out: {}; re-enable them or explain why these shapes cannot run",
                     new_rows.len(),

@@ -27,24 +27,9 @@ pub const RUNTIME_PY: &str = include_str!("../py/kg_runtime_probe.py");
 /// Grace period between SIGTERM and SIGKILL of a target's group.
 pub const GRACE: Duration = Duration::from_secs(3);
 
-/// Base (patch reversed) or head (patch applied). Each has its own caches and HOME.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    /// Patch reversed.
-    Base,
-    /// Patch applied.
-    Head,
-}
-
-impl Phase {
-    /// `base` or `head`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Base => "base",
-            Phase::Head => "head",
-        }
-    }
-}
+/// Base (patch reversed) or head (patch applied). Each has its own caches and HOME. It lives
+/// in kg-contract because run records carry it.
+pub use kg_contract::report::Phase;
 
 /// How to run a target.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -253,29 +238,111 @@ impl RunContext {
         let _ = std::fs::remove_file(&junit);
         let probe = !matches!(spec.invocation, Invocation::Plain { .. });
         if probe {
-            env.push((
-                env::KG_VALIDATE_RECEIPT.into(),
-                receipt_path.to_string_lossy().to_string(),
-            ));
-            if spec.watch_route
-                && let Some(r) = &self.route
-            {
-                env.push((env::KG_VALIDATE_ROUTE.into(), r.clone()));
-                env.push((
-                    env::KG_VALIDATE_SHAPE_VARS.into(),
-                    self.shape_vars.join(","),
-                ));
-                if !self.grid_cells.is_empty() {
-                    env.push((
-                        env::KG_VALIDATE_GRID_CELLS.into(),
-                        serde_json::Value::from(self.grid_cells.clone()).to_string(),
-                    ));
-                }
-            }
+            self.probe_env(spec, &receipt_path, &mut env);
         }
         env.extend(spec.extra_env.iter().cloned());
+        let args = self.args(&spec.invocation, &junit);
+        let log_name = format!("{}.log", spec.name);
+        let log_path = self.logs_dir.join(&log_name);
+        let log = std::fs::File::create(&log_path)
+            .map_err(ValidateError::io("create the log", &log_path))?;
+        let log2 = log
+            .try_clone()
+            .map_err(ValidateError::io("duplicate the log handle", &log_path))?;
+        let mut cmd = Command::new(&self.python);
+        cmd.args(&args)
+            .current_dir(&self.repo)
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(log2));
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        tracing::info!(run = %spec.name, phase = spec.phase.as_str(), "running {}", args.join(" "));
+        let start = Instant::now();
+        let mut child = cmd
+            .spawn()
+            .map_err(ValidateError::io("start the interpreter", &self.python))?;
+        let (exit_code, status_text) = self.wait(&mut child, start, spec.timeout)?;
+        let wall_s = start.elapsed().as_secs_f64();
+        let output =
+            String::from_utf8_lossy(&std::fs::read(&log_path).unwrap_or_default()).to_string();
+        let log_sha256 = kg_contract::io::sha256_file(&log_path).ok();
+        let success = exit_code == Some(0);
+        let mut stats = match &spec.invocation {
+            Invocation::Pytest { .. } => parse_junit(&junit),
+            _ => RunStats {
+                tests: 1,
+                failures: u64::from(!success),
+                errors: 0,
+                skipped: 0,
+                executed: 1,
+                observed_work: None,
+            },
+        };
+        let probed = if probe {
+            self.read_probe(spec, &receipt_path, &mut stats)
+        } else {
+            Probed::default()
+        };
+        if spec.watch_route && self.route.is_some() && probed.receipt.is_none() {
+            // A watched run that wrote no receipt observed nothing we can credit.
+            stats.observed_work = Some(0);
+        }
+        let mut argv = vec![self.python.to_string_lossy().to_string()];
+        argv.extend(args);
+        Ok(RunOutcome {
+            record: RunRecord {
+                name: spec.name.clone(),
+                phase: spec.phase,
+                runner: spec.invocation.runner().to_string(),
+                argv,
+                exit_code,
+                status_text,
+                wall_s,
+                stats,
+                log: Some(format!("{}/{}", self.logs_rel, log_name)),
+                log_sha256,
+                receipt: probed.receipt,
+                cause: None,
+            },
+            success,
+            output,
+            grid_replacements: probed.grid_replacements,
+            import_errors: probed.import_errors,
+            grid_locals: probed.grid_locals,
+            grid_locals_truncated: probed.grid_locals_truncated,
+        })
+    }
+
+    /// What the probe needs in a run's environment: where to write the receipt and, for a
+    /// watched run, the route, the shape variables and the grid cells.
+    fn probe_env(&self, spec: &RunSpec, receipt_path: &Path, env: &mut Vec<(String, String)>) {
+        env.push((
+            env::KG_VALIDATE_RECEIPT.into(),
+            receipt_path.to_string_lossy().to_string(),
+        ));
+        if spec.watch_route
+            && let Some(r) = &self.route
+        {
+            env.push((env::KG_VALIDATE_ROUTE.into(), r.clone()));
+            env.push((
+                env::KG_VALIDATE_SHAPE_VARS.into(),
+                self.shape_vars.join(","),
+            ));
+            if !self.grid_cells.is_empty() {
+                env.push((
+                    env::KG_VALIDATE_GRID_CELLS.into(),
+                    serde_json::Value::from(self.grid_cells.clone()).to_string(),
+                ));
+            }
+        }
+    }
+
+    /// The interpreter's arguments for `invocation` (pytest writes JUnit XML to `junit`).
+    fn args(&self, invocation: &Invocation, junit: &Path) -> Vec<String> {
         let mut args: Vec<String> = Vec::new();
-        match &spec.invocation {
+        match invocation {
             Invocation::Pytest { target } => {
                 args.extend(
                     [
@@ -310,29 +377,19 @@ impl RunContext {
                 args.extend(a.iter().cloned());
             }
         }
-        let log_name = format!("{}.log", spec.name);
-        let log_path = self.logs_dir.join(&log_name);
-        let log = std::fs::File::create(&log_path)
-            .map_err(ValidateError::io("create the log", &log_path))?;
-        let log2 = log
-            .try_clone()
-            .map_err(ValidateError::io("duplicate the log handle", &log_path))?;
-        let mut cmd = Command::new(&self.python);
-        cmd.args(&args)
-            .current_dir(&self.repo)
-            .env_clear()
-            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(log))
-            .stderr(Stdio::from(log2));
-        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-        tracing::info!(run = %spec.name, phase = spec.phase.as_str(), "running {}", args.join(" "));
-        let start = Instant::now();
-        let mut child = cmd
-            .spawn()
-            .map_err(ValidateError::io("start the interpreter", &self.python))?;
-        let deadline = start + spec.timeout;
-        let (exit_code, status_text) = loop {
+        args
+    }
+
+    /// Waits for `child` until it ends, `timeout` after `start` passes (its group is killed),
+    /// or the cancel flag is set (`Err`). Returns the exit code and how the run ended.
+    fn wait(
+        &self,
+        child: &mut std::process::Child,
+        start: Instant,
+        timeout: Duration,
+    ) -> Result<(Option<i32>, String), ValidateError> {
+        let deadline = start + timeout;
+        loop {
             match child.try_wait() {
                 Ok(Some(st)) => {
                     // Helpers left in the group (compilers, workers) do not outlive the run.
@@ -345,104 +402,73 @@ impl RunContext {
                         (None, Some(s)) => format!("killed by signal {s}"),
                         _ => "ended".to_string(),
                     };
-                    break (st.code(), text);
+                    return Ok((st.code(), text));
                 }
                 Ok(None) => {}
                 Err(e) => return Err(ValidateError::io("wait for the target", &self.python)(e)),
             }
             if self.cancel.load(Ordering::SeqCst) {
-                terminate(&mut child);
+                terminate(child);
                 return Err(ValidateError::Interrupted);
             }
             if Instant::now() >= deadline {
-                terminate(&mut child);
-                break (
+                terminate(child);
+                return Ok((
                     None,
-                    format!("timed out after {:.0} s", spec.timeout.as_secs_f64()),
-                );
+                    format!("timed out after {:.0} s", timeout.as_secs_f64()),
+                ));
             }
             std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Reads the probe's receipt at `path`, if it wrote one; a watched run's route calls go in
+    /// `stats.observed_work`.
+    fn read_probe(&self, spec: &RunSpec, path: &Path, stats: &mut RunStats) -> Probed {
+        let mut probed = Probed::default();
+        let Ok(text) = std::fs::read_to_string(path) else {
+            return probed;
         };
-        let wall_s = start.elapsed().as_secs_f64();
-        let output =
-            String::from_utf8_lossy(&std::fs::read(&log_path).unwrap_or_default()).to_string();
-        let log_sha256 = kg_contract::io::sha256_file(&log_path).ok();
-        let success = exit_code == Some(0);
-        let mut stats = match &spec.invocation {
-            Invocation::Pytest { .. } => parse_junit(&junit),
-            _ => RunStats {
-                tests: 1,
-                failures: u64::from(!success),
-                errors: 0,
-                skipped: 0,
-                executed: 1,
-                observed_work: None,
-            },
-        };
-        let mut receipt = None;
-        let mut grid_replacements = 0;
-        let mut import_errors = Vec::new();
-        let mut grid_locals = Vec::new();
-        let mut grid_locals_truncated = false;
-        if probe && let Ok(text) = std::fs::read_to_string(&receipt_path) {
-            match serde_json::from_str::<ProbeReceipt>(&text) {
-                Ok(r) => {
-                    grid_replacements = r.grid_replacements;
-                    grid_locals = r.grid_locals;
-                    grid_locals_truncated = r.grid_locals_truncated;
-                    for v in r.import_errors {
-                        match serde_json::from_value::<ImportFailure>(v) {
-                            Ok(f) => import_errors.push(f),
-                            Err(e) => {
-                                tracing::warn!(run = %spec.name, error = %e, "unreadable import error in the receipt")
-                            }
+        match serde_json::from_str::<ProbeReceipt>(&text) {
+            Ok(r) => {
+                probed.grid_replacements = r.grid_replacements;
+                probed.grid_locals = r.grid_locals;
+                probed.grid_locals_truncated = r.grid_locals_truncated;
+                for v in r.import_errors {
+                    match serde_json::from_value::<ImportFailure>(v) {
+                        Ok(f) => probed.import_errors.push(f),
+                        Err(e) => {
+                            tracing::warn!(run = %spec.name, error = %e, "unreadable import error in the receipt")
                         }
                     }
-                    if spec.watch_route && self.route.is_some() {
-                        stats.observed_work = Some(r.calls);
-                        receipt = Some(ExecutionReceipt {
-                            schema_version: r.schema_version,
-                            producer: r.producer,
-                            route: r.route,
-                            kernel_symbols: r.kernel_symbols,
-                            executed_shapes: r.executed_shapes,
-                            calls: r.calls,
-                            grid_cells: Vec::new(),
-                        });
-                    }
                 }
-                Err(e) => tracing::warn!(run = %spec.name, error = %e, "unreadable receipt"),
+                if spec.watch_route && self.route.is_some() {
+                    stats.observed_work = Some(r.calls);
+                    probed.receipt = Some(ExecutionReceipt {
+                        schema_version: r.schema_version,
+                        producer: r.producer,
+                        route: r.route,
+                        kernel_symbols: r.kernel_symbols,
+                        executed_shapes: r.executed_shapes,
+                        calls: r.calls,
+                        grid_cells: Vec::new(),
+                    });
+                }
             }
+            Err(e) => tracing::warn!(run = %spec.name, error = %e, "unreadable receipt"),
         }
-        if spec.watch_route && self.route.is_some() && receipt.is_none() {
-            // A watched run that wrote no receipt observed nothing we can credit.
-            stats.observed_work = Some(0);
-        }
-        let mut argv = vec![self.python.to_string_lossy().to_string()];
-        argv.extend(args);
-        Ok(RunOutcome {
-            record: RunRecord {
-                name: spec.name.clone(),
-                phase: spec.phase.as_str().to_string(),
-                runner: spec.invocation.runner().to_string(),
-                argv,
-                exit_code,
-                status_text,
-                wall_s,
-                stats,
-                log: Some(format!("{}/{}", self.logs_rel, log_name)),
-                log_sha256,
-                receipt,
-                cause: None,
-            },
-            success,
-            output,
-            grid_replacements,
-            import_errors,
-            grid_locals,
-            grid_locals_truncated,
-        })
+        probed
     }
+}
+
+/// What a run's probe receipt said, beyond the receipt itself.
+#[derive(Debug, Default)]
+struct Probed {
+    receipt: Option<ExecutionReceipt>,
+    grid_replacements: u64,
+    import_errors: Vec<ImportFailure>,
+    grid_locals: Vec<IndexMap<String, String>>,
+    grid_locals_truncated: bool,
 }
 
 fn kill_group(pid: u32, sig: Signal) {

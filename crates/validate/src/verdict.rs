@@ -1,7 +1,7 @@
 //! The verdict rule (the seed's `report.py`) and the report's validation against its JSON
 //! Schema before it is written.
 
-use kg_contract::report::{Severity, StageStatus, Stages, ValidationReport, Verdict};
+use kg_contract::report::{Severity, StageName, StageStatus, Stages, ValidationReport, Verdict};
 
 /// What settled a verdict: the first stage, in pipeline order, that decided it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -9,7 +9,7 @@ pub enum DecidedBy {
     /// A blocker (BLOCK) or should-fix (NEEDS_WORK) finding.
     Finding {
         /// The stage that produced it.
-        stage: String,
+        stage: StageName,
         /// Its severity.
         severity: Severity,
         /// Its detail.
@@ -18,13 +18,13 @@ pub enum DecidedBy {
     /// A required stage that is not `pass` (`info` for the index scan): INCONCLUSIVE.
     Stage {
         /// The stage.
-        stage: &'static str,
+        stage: StageName,
         /// Its status.
         status: StageStatus,
         /// Its note.
         note: String,
         /// The other incomplete required stages, in order.
-        also: Vec<(&'static str, StageStatus)>,
+        also: Vec<(StageName, StageStatus)>,
     },
     /// Every stage passed but no claimed architecture was covered at runtime.
     ArchCoverage {
@@ -115,16 +115,6 @@ fn severity_str(s: Severity) -> &'static str {
     }
 }
 
-/// The position of a stage in pipeline order (unknown names last).
-fn stage_rank(report: &ValidationReport, name: &str) -> usize {
-    report
-        .stages
-        .iter()
-        .iter()
-        .position(|(n, _)| *n == name)
-        .unwrap_or(usize::MAX)
-}
-
 /// Decides the verdict: any blocker → BLOCK; any should-fix → NEEDS_WORK; incomplete evidence
 /// → INCONCLUSIVE; else PASS, which also needs `gpu_claim: pass` and a `runtime` architecture.
 /// Where several findings or stages qualify, the earliest stage in pipeline order decides.
@@ -133,18 +123,19 @@ pub fn decide(report: &ValidationReport) -> Decision {
         (Severity::Blocker, Verdict::Block, "blocker"),
         (Severity::ShouldFix, Verdict::NeedsWork, "should-fix"),
     ] {
-        // `min_by_key` keeps the first of equals: push order breaks ties within a stage.
+        // `StageName` orders as the pipeline runs; `min_by_key` keeps the first of equals:
+        // push order breaks ties within a stage.
         if let Some(f) = report
             .findings
             .iter()
             .filter(|f| f.severity == severity)
-            .min_by_key(|f| stage_rank(report, &f.stage))
+            .min_by_key(|f| f.stage)
         {
             return Decision {
                 verdict,
                 reason: format!("{word} from {}: {}", f.stage, f.detail),
                 decided_by: DecidedBy::Finding {
-                    stage: f.stage.clone(),
+                    stage: f.stage,
                     severity,
                     detail: f.detail.clone(),
                 },
@@ -166,7 +157,7 @@ pub fn decide(report: &ValidationReport) -> Decision {
             .first()
             .map(|(n, _)| *n)
             // Only the identity is missing: it is runtime_compat's evidence.
-            .unwrap_or("runtime_compat");
+            .unwrap_or(StageName::RuntimeCompat);
         let stage = report
             .stages
             .iter()
@@ -221,13 +212,13 @@ pub fn decide(report: &ValidationReport) -> Decision {
 }
 
 /// Required stages that are not `pass` (`info` for the index scan), with their status.
-pub fn incomplete_stages(stages: &Stages) -> Vec<(&'static str, &'static str)> {
+pub fn incomplete_stages(stages: &Stages) -> Vec<(StageName, &'static str)> {
     stages
         .iter()
         .into_iter()
         .filter(|(name, _)| Stages::REQUIRED.contains(name))
         .filter(|(name, st)| {
-            let want = if *name == "index_width_scan" {
+            let want = if *name == StageName::IndexWidthScan {
                 StageStatus::Info
             } else {
                 StageStatus::Pass
@@ -266,10 +257,13 @@ pub fn validate(report: &ValidationReport) -> Vec<String> {
         }
         for (name, st) in [
             (
-                "correctness_repo_tests",
+                StageName::CorrectnessRepoTests,
                 &report.stages.correctness_repo_tests,
             ),
-            ("correctness_s1_grid", &report.stages.correctness_s1_grid),
+            (
+                StageName::CorrectnessS1Grid,
+                &report.stages.correctness_s1_grid,
+            ),
         ] {
             let ok = st.exit_code == Some(0)
                 && st
