@@ -1,112 +1,18 @@
-//! Problem directories: `definition.json` + `workload.jsonl` (+ a sibling `reference.py` where
-//! the problem ships its reference that way), and solution files.
+//! Checking a problem against its format: the definition, and each workload against it
+//! (shapes, inputs, tolerances, v2 `checks`, generators).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use indexmap::IndexMap;
-use serde_json::Value;
 
+use super::{V2_NAME, invalid};
 use crate::definition::{Axis, Definition};
 use crate::dtype::DType;
-use crate::error::{ContractError, Location};
-use crate::io::{load_json, load_jsonl, read_to_string};
+use crate::error::ContractError;
 use crate::shape::{self, Resolved};
-use crate::solution::Solution;
 use crate::workload::{
     CodeDistanceMode, Generator, InputSpec, IntBound, MAX_TOLERANCE, OutputCheck, Workload,
 };
-
-/// The v2 workload schema's name, as written in `schema_version`.
-const V2_NAME: &str = "sol_execbench.workload.v2";
-
-/// File name of a problem's definition.
-pub const DEFINITION_FILE: &str = "definition.json";
-/// File name of a problem's workloads.
-pub const WORKLOAD_FILE: &str = "workload.jsonl";
-/// File name of a sibling reference implementation.
-pub const REFERENCE_FILE: &str = "reference.py";
-
-/// A workload together with where it came from and its resolved shapes.
-#[derive(Debug, Clone)]
-pub struct LoadedWorkload {
-    /// 1-based line in `workload.jsonl`.
-    pub line: usize,
-    /// The workload.
-    pub workload: Workload,
-    /// Axes and shapes bound.
-    pub resolved: Resolved,
-}
-
-/// A loaded, validated problem.
-#[derive(Debug, Clone)]
-pub struct Problem {
-    /// Directory holding the problem (relative paths in workloads resolve against it).
-    pub dir: PathBuf,
-    /// Path of the definition file.
-    pub definition_path: PathBuf,
-    /// Path of the workload file.
-    pub workload_path: PathBuf,
-    /// The definition, with `reference` filled from `reference.py` where needed.
-    pub definition: Definition,
-    /// Workloads in file order.
-    pub workloads: Vec<LoadedWorkload>,
-    /// Non-fatal findings, e.g. unknown fields (likely typos).
-    pub warnings: Vec<String>,
-}
-
-fn invalid(
-    path: &Path,
-    line: Option<usize>,
-    field: impl Into<String>,
-    message: String,
-) -> ContractError {
-    ContractError::Invalid {
-        at: Location {
-            path: path.to_path_buf(),
-            line,
-            field: field.into(),
-        },
-        message,
-    }
-}
-
-/// Loads a definition file, filling `reference` from a sibling `reference.py` if it is empty.
-pub fn load_definition(path: &Path) -> Result<(Definition, Vec<String>), ContractError> {
-    let (mut def, unknown): (Definition, _) = load_json(path)?;
-    // A versioned (ROCm port) definition is read as strictly as the port reads it.
-    if def.schema_version.is_some()
-        && let Some(f) = unknown.first()
-    {
-        return Err(invalid(
-            path,
-            None,
-            f.clone(),
-            "unknown field in a `sol_execbench.definition.v1` definition; that schema has no such field".into(),
-        ));
-    }
-    let warnings = unknown
-        .into_iter()
-        .map(|f| format!("`{}`: unknown field `{f}` ignored", path.display()))
-        .collect();
-    if def.reference.trim().is_empty() {
-        let sibling = path.with_file_name(REFERENCE_FILE);
-        if sibling.is_file() {
-            def.reference = read_to_string(&sibling)?;
-        } else {
-            return Err(invalid(
-                path,
-                None,
-                "reference",
-                format!(
-                    "empty; expected Python source defining `run`, or a sibling `{}`",
-                    sibling.display()
-                ),
-            ));
-        }
-    }
-    check_definition(&def, path)?;
-    Ok((def, warnings))
-}
 
 /// Whether Python `source` has a top-level `def name(` (a textual check, no Python parser).
 fn defines_function(source: &str, name: &str) -> bool {
@@ -117,7 +23,10 @@ fn defines_function(source: &str, name: &str) -> bool {
     })
 }
 
-fn check_definition(def: &Definition, path: &Path) -> Result<(), ContractError> {
+/// The definition's own rules: a name, a reference defining `run`, outputs, axes whose
+/// values and expressions hold, shapes naming declared axes, distinct names, and a custom
+/// inputs entry point the reference defines.
+pub(super) fn check_definition(def: &Definition, path: &Path) -> Result<(), ContractError> {
     if def.name.trim().is_empty() {
         return Err(invalid(
             path,
@@ -392,6 +301,40 @@ fn pinned(field: &str, v: f64, want: f64) -> Result<(), Finding> {
 /// output exactly once and no `tolerance`; v1 has no `checks`. Each check's fields are in
 /// range and its outputs' dtypes and shapes fit it (the ROCm port's contract validation).
 fn check_checks(def: &Definition, w: &Workload, resolved: &Resolved) -> Result<(), Finding> {
+    let Some(checks) = v2_checks(w)? else {
+        return Ok(());
+    };
+    let mut covered: IndexMap<&str, usize> = IndexMap::new();
+    for (index, c) in checks.iter().enumerate() {
+        let entry = CheckEntry {
+            def,
+            resolved,
+            index,
+        };
+        entry.cover(c, &mut covered)?;
+        entry.check_fields(c)?;
+    }
+    let missing: Vec<&str> = def
+        .outputs
+        .keys()
+        .map(String::as_str)
+        .filter(|o| !covered.contains_key(o))
+        .collect();
+    if !missing.is_empty() {
+        return Err((
+            "checks".into(),
+            format!(
+                "no check for output(s) {}; a v2 workload checks every output exactly once",
+                missing.join(", ")
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The version rules: a v2 workload's `checks`, present, not empty and instead of
+/// `tolerance`; `None` for a v1 workload, which has no `checks`.
+fn v2_checks(w: &Workload) -> Result<Option<&[OutputCheck]>, Finding> {
     let Some(checks) = w.checks.as_ref().filter(|_| w.is_v2()) else {
         if w.checks.is_some() {
             return Err((
@@ -408,7 +351,7 @@ fn check_checks(def: &Definition, w: &Workload, resolved: &Resolved) -> Result<(
                 "missing; a v2 workload must list a check for every output".into(),
             ));
         }
-        return Ok(());
+        return Ok(None);
     };
     if w.tolerance.is_some() {
         return Err((
@@ -422,13 +365,39 @@ fn check_checks(def: &Definition, w: &Workload, resolved: &Resolved) -> Result<(
             "empty; a v2 workload must list a check for every output".into(),
         ));
     }
-    let mut covered: IndexMap<&str, usize> = IndexMap::new();
-    for (i, c) in checks.iter().enumerate() {
-        let f = |name: &str| format!("checks[{i}].{name}");
+    Ok(Some(checks))
+}
+
+/// One entry of a v2 workload's `checks` (`checks[index]`) and what it is checked against.
+struct CheckEntry<'a> {
+    def: &'a Definition,
+    resolved: &'a Resolved,
+    index: usize,
+}
+
+impl CheckEntry<'_> {
+    /// The path of one of the check's fields, e.g. `checks[0].max_atol`.
+    fn field(&self, name: &str) -> String {
+        format!("checks[{}].{name}", self.index)
+    }
+
+    /// The dtype of output `o`, which [`CheckEntry::cover`] found in the definition.
+    fn dtype(&self, o: &str) -> DType {
+        self.def.outputs[o].dtype
+    }
+
+    /// Every output the check names is an output of the definition that no earlier check
+    /// names; records them in `covered` (output → index of its check).
+    fn cover<'c>(
+        &self,
+        c: &'c OutputCheck,
+        covered: &mut IndexMap<&'c str, usize>,
+    ) -> Result<(), Finding> {
+        let def = self.def;
         for o in c.outputs() {
             if !def.outputs.contains_key(o) {
                 return Err((
-                    f(if matches!(c, OutputCheck::TopkRouting { .. }) {
+                    self.field(if matches!(c, OutputCheck::TopkRouting { .. }) {
                         "ids_output"
                     } else {
                         "output"
@@ -440,16 +409,21 @@ fn check_checks(def: &Definition, w: &Workload, resolved: &Resolved) -> Result<(
                     ),
                 ));
             }
-            if let Some(first) = covered.insert(o, i) {
+            if let Some(first) = covered.insert(o, self.index) {
                 return Err((
-                    f("type"),
+                    self.field("type"),
                     format!(
                         "checks output `{o}`, which `checks[{first}]` checks already; each output is checked exactly once"
                     ),
                 ));
             }
         }
-        let dtype = |o: &str| def.outputs[o].dtype;
+        Ok(())
+    }
+
+    /// The check's own fields, by its type, in the order they are written.
+    fn check_fields(&self, c: &OutputCheck) -> Result<(), Finding> {
+        let f = |name: &str| self.field(name);
         match c {
             OutputCheck::Numeric {
                 max_atol,
@@ -474,12 +448,12 @@ fn check_checks(def: &Definition, w: &Workload, resolved: &Resolved) -> Result<(
                 bounded(&f("denominator_epsilon"), *denominator_epsilon)?;
             }
             OutputCheck::Exact { output } => {
-                if dtype(output).is_float() {
+                if self.dtype(output).is_float() {
                     return Err((
                         f("output"),
                         format!(
                             "`{output}` is {}; an exact check needs an integer or bool output",
-                            dtype(output)
+                            self.dtype(output)
                         ),
                     ));
                 }
@@ -489,35 +463,7 @@ fn check_checks(def: &Definition, w: &Workload, resolved: &Resolved) -> Result<(
                 mode,
                 max_distance,
                 required_matched_ratio,
-            } => {
-                let d = dtype(output);
-                match mode {
-                    CodeDistanceMode::Value if d.is_float() => {
-                        return Err((
-                            f("mode"),
-                            format!(
-                                "is `value`, but `{output}` is {d}; expected an integer output"
-                            ),
-                        ));
-                    }
-                    CodeDistanceMode::RawBits if d.bits() != 8 => {
-                        return Err((
-                            f("mode"),
-                            format!(
-                                "is `raw_bits`, but `{output}` is {d}; expected a one-byte dtype"
-                            ),
-                        ));
-                    }
-                    _ => {}
-                }
-                if i64::try_from(*max_distance).is_err() {
-                    return Err((
-                        f("max_distance"),
-                        format!("is {max_distance}; expected at most {}", i64::MAX),
-                    ));
-                }
-                pinned(&f("required_matched_ratio"), *required_matched_ratio, 1.0)?;
-            }
+            } => self.code_distance(output, *mode, *max_distance, *required_matched_ratio)?,
             OutputCheck::TopkRouting {
                 ids_output,
                 weights_output,
@@ -528,74 +474,123 @@ fn check_checks(def: &Definition, w: &Workload, resolved: &Resolved) -> Result<(
                 weight_atol,
                 max_mismatch_ratio,
             } => {
-                for (field, name) in std::iter::once(("gating_input", gating_input))
-                    .chain(bias_input.iter().map(|b| ("bias_input", b)))
-                {
-                    if def.inputs.get(name).is_none_or(|s| s.is_scalar()) {
-                        return Err((
-                            f(field),
-                            format!(
-                                "`{name}` is not a tensor input of definition `{}`",
-                                def.name
-                            ),
-                        ));
-                    }
-                }
+                self.routing_inputs(gating_input, bias_input.as_ref())?;
                 if *topk == 0 {
                     return Err((f("topk"), "is 0; expected at least 1".into()));
                 }
                 bounded(&f("tie_atol"), *tie_atol)?;
                 bounded(&f("weight_atol"), *weight_atol)?;
                 pinned(&f("max_mismatch_ratio"), *max_mismatch_ratio, 0.0)?;
-                let ids = resolved.outputs.get(ids_output).cloned().flatten();
-                let weights = resolved.outputs.get(weights_output).cloned().flatten();
-                let gating = resolved.inputs.get(gating_input).cloned().flatten();
-                let ok = match (&ids, &weights, &gating) {
-                    (Some(i), Some(wt), Some(g)) => {
-                        i == wt
-                            && i.last().is_some_and(|&k| u64::try_from(k) == Ok(*topk))
-                            && g.len() == i.len()
-                            && g[..g.len() - 1] == i[..i.len() - 1]
-                    }
-                    _ => false,
-                };
-                if !ok {
-                    return Err((
-                        f("topk"),
-                        format!(
-                            "`{ids_output}` {ids:?} and `{weights_output}` {weights:?} must share one shape [..., topk={topk}], whose leading dims are those of `{gating_input}` {gating:?}"
-                        ),
-                    ));
-                }
-                if dtype(ids_output).is_float() || !dtype(weights_output).is_float() {
-                    return Err((
-                        f("ids_output"),
-                        format!(
-                            "`{ids_output}` is {} and `{weights_output}` {}; expected integer ids and float weights",
-                            dtype(ids_output),
-                            dtype(weights_output)
-                        ),
-                    ));
-                }
+                self.routing_shapes(ids_output, weights_output, gating_input, *topk)?;
+                self.routing_dtypes(ids_output, weights_output)?;
             }
         }
+        Ok(())
     }
-    let missing: Vec<&str> = def
-        .outputs
-        .keys()
-        .map(String::as_str)
-        .filter(|o| !covered.contains_key(o))
-        .collect();
-    if !missing.is_empty() {
-        return Err((
-            "checks".into(),
-            format!(
-                "no check for output(s) {}; a v2 workload checks every output exactly once",
-                missing.join(", ")
-            ),
-        ));
+
+    /// A code-distance check: its mode fits the output's dtype, its distance fits an int64.
+    fn code_distance(
+        &self,
+        output: &str,
+        mode: CodeDistanceMode,
+        max_distance: u64,
+        required_matched_ratio: f64,
+    ) -> Result<(), Finding> {
+        let f = |name: &str| self.field(name);
+        let d = self.dtype(output);
+        match mode {
+            CodeDistanceMode::Value if d.is_float() => {
+                return Err((
+                    f("mode"),
+                    format!("is `value`, but `{output}` is {d}; expected an integer output"),
+                ));
+            }
+            CodeDistanceMode::RawBits if d.bits() != 8 => {
+                return Err((
+                    f("mode"),
+                    format!("is `raw_bits`, but `{output}` is {d}; expected a one-byte dtype"),
+                ));
+            }
+            _ => {}
+        }
+        if i64::try_from(max_distance).is_err() {
+            return Err((
+                f("max_distance"),
+                format!("is {max_distance}; expected at most {}", i64::MAX),
+            ));
+        }
+        pinned(&f("required_matched_ratio"), required_matched_ratio, 1.0)
     }
-    Ok(())
+
+    /// A routing check's gating input (and bias input, if any) are tensor inputs.
+    fn routing_inputs(
+        &self,
+        gating_input: &str,
+        bias_input: Option<&String>,
+    ) -> Result<(), Finding> {
+        for (field, name) in std::iter::once(("gating_input", gating_input))
+            .chain(bias_input.map(|b| ("bias_input", b.as_str())))
+        {
+            if self.def.inputs.get(name).is_none_or(|s| s.is_scalar()) {
+                return Err((
+                    self.field(field),
+                    format!(
+                        "`{name}` is not a tensor input of definition `{}`",
+                        self.def.name
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A routing check's ids and weights share one shape `[..., topk]` whose leading dims are
+    /// the gating input's.
+    fn routing_shapes(
+        &self,
+        ids_output: &str,
+        weights_output: &str,
+        gating_input: &str,
+        topk: u64,
+    ) -> Result<(), Finding> {
+        let resolved = self.resolved;
+        let ids = resolved.outputs.get(ids_output).cloned().flatten();
+        let weights = resolved.outputs.get(weights_output).cloned().flatten();
+        let gating = resolved.inputs.get(gating_input).cloned().flatten();
+        let ok = match (&ids, &weights, &gating) {
+            (Some(i), Some(wt), Some(g)) => {
+                i == wt
+                    && i.last().is_some_and(|&k| u64::try_from(k) == Ok(topk))
+                    && g.len() == i.len()
+                    && g[..g.len() - 1] == i[..i.len() - 1]
+            }
+            _ => false,
+        };
+        if !ok {
+            return Err((
+                self.field("topk"),
+                format!(
+                    "`{ids_output}` {ids:?} and `{weights_output}` {weights:?} must share one shape [..., topk={topk}], whose leading dims are those of `{gating_input}` {gating:?}"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A routing check's ids are integers and its weights floats.
+    fn routing_dtypes(&self, ids_output: &str, weights_output: &str) -> Result<(), Finding> {
+        if self.dtype(ids_output).is_float() || !self.dtype(weights_output).is_float() {
+            return Err((
+                self.field("ids_output"),
+                format!(
+                    "`{ids_output}` is {} and `{weights_output}` {}; expected integer ids and float weights",
+                    self.dtype(ids_output),
+                    self.dtype(weights_output)
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// A `generated` input's parameters against its dtype and shape (field path relative to
@@ -692,206 +687,4 @@ fn check_generator(
         }
     }
     Ok(())
-}
-
-/// The keys of `raw` (a document as written) that its parsed form `parsed` lacks, as dotted
-/// paths: what serde skipped silently (inside tagged enums) or would have warned about.
-fn unread_keys(raw: &Value, parsed: &Value, path: &str, out: &mut Vec<String>) {
-    match (raw, parsed) {
-        (Value::Object(r), Value::Object(p)) => {
-            for (k, v) in r {
-                let at = if path.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{path}.{k}")
-                };
-                match p.get(k) {
-                    Some(pv) => unread_keys(v, pv, &at, out),
-                    None => out.push(at),
-                }
-            }
-        }
-        (Value::Array(r), Value::Array(p)) => {
-            for (i, (rv, pv)) in r.iter().zip(p).enumerate() {
-                unread_keys(rv, pv, &format!("{path}[{i}]"), out);
-            }
-        }
-        _ => {}
-    }
-}
-
-/// The first field of a v2 workload line that kernelgate did not read (the port rejects any
-/// field it does not define, and so does this).
-fn v2_unread(text: &str, w: &Workload) -> Option<String> {
-    let raw: Value = serde_json::from_str(text).ok()?;
-    let parsed = serde_json::to_value(w).ok()?;
-    let mut out = Vec::new();
-    unread_keys(&raw, &parsed, "", &mut out);
-    out.into_iter().next()
-}
-
-impl Problem {
-    /// Loads `dir/definition.json` and `dir/workload.jsonl`.
-    pub fn load(dir: &Path) -> Result<Problem, ContractError> {
-        for file in [DEFINITION_FILE, WORKLOAD_FILE] {
-            if !dir.join(file).is_file() {
-                return Err(ContractError::MissingFile {
-                    dir: dir.to_path_buf(),
-                    file: file.to_string(),
-                });
-            }
-        }
-        Problem::from_files(&dir.join(DEFINITION_FILE), &dir.join(WORKLOAD_FILE))
-    }
-
-    /// Loads a definition and a workload file given separately.
-    pub fn from_files(definition: &Path, workloads: &Path) -> Result<Problem, ContractError> {
-        let (def, mut warnings) = load_definition(definition)?;
-        let mut loaded = Vec::new();
-        let mut seen = std::collections::HashMap::new();
-        let mut lines: Option<Vec<String>> = None;
-        for (line, w, unknown) in load_jsonl::<Workload>(workloads)? {
-            if w.is_v2() {
-                // Read once more as raw JSON: serde drops unknown keys inside tagged enums
-                // (an input's, a check's) without a word, and in v2 any unknown key is an error.
-                let text = match &lines {
-                    Some(l) => l,
-                    None => lines.insert(
-                        read_to_string(workloads)?
-                            .lines()
-                            .map(str::to_string)
-                            .collect(),
-                    ),
-                };
-                let raw = text.get(line - 1).map(String::as_str).unwrap_or("");
-                if let Some(f) = unknown.first().cloned().or_else(|| v2_unread(raw, &w)) {
-                    return Err(invalid(
-                        workloads,
-                        Some(line),
-                        f,
-                        format!(
-                            "unknown field in a `{V2_NAME}` workload; that schema has no such field (nothing unknown is ignored in v2)"
-                        ),
-                    ));
-                }
-            }
-            warnings.extend(unknown.into_iter().map(|f| {
-                format!(
-                    "`{}` line {line}: unknown field `{f}` ignored",
-                    workloads.display()
-                )
-            }));
-            if let Some(first) = seen.insert(w.uuid.clone(), line) {
-                return Err(invalid(
-                    workloads,
-                    Some(line),
-                    "uuid",
-                    format!(
-                        "`{}` repeats the uuid of line {first}; uuids must be unique",
-                        w.uuid
-                    ),
-                ));
-            }
-            let resolved = check_workload(&def, &w, workloads, line)?;
-            loaded.push(LoadedWorkload {
-                line,
-                workload: w,
-                resolved,
-            });
-        }
-        if loaded.is_empty() {
-            return Err(invalid(
-                workloads,
-                None,
-                "",
-                "holds no workloads; expected one JSON object per line".into(),
-            ));
-        }
-        let dir = definition
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|| PathBuf::from("."));
-        Ok(Problem {
-            dir,
-            definition_path: definition.to_path_buf(),
-            workload_path: workloads.to_path_buf(),
-            definition: def,
-            workloads: loaded,
-            warnings,
-        })
-    }
-}
-
-/// Loads a solution file and checks its entry point.
-pub fn load_solution(path: &Path) -> Result<(Solution, Vec<String>), ContractError> {
-    let (sol, unknown): (Solution, _) = load_json(path)?;
-    if sol.spec.entry().is_none() || sol.spec.entry_point.matches("::").count() != 1 {
-        return Err(invalid(
-            path,
-            None,
-            "spec.entry_point",
-            format!(
-                "`{}` is not of the form `file.py::function`",
-                sol.spec.entry_point
-            ),
-        ));
-    }
-    if let Some((file, _)) = sol.spec.entry()
-        && !sol.sources.iter().any(|s| s.path == file)
-    {
-        return Err(invalid(
-            path,
-            None,
-            "spec.entry_point",
-            format!(
-                "names file `{file}`, which is not among `sources` ({})",
-                sol.sources
-                    .iter()
-                    .map(|s| s.path.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        ));
-    }
-    for (i, s) in sol.sources.iter().enumerate() {
-        if let Some(first) = sol.sources[..i].iter().position(|o| o.path == s.path) {
-            return Err(invalid(
-                path,
-                None,
-                format!("sources[{i}].path"),
-                format!(
-                    "`{}` repeats the path of `sources[{first}]`; source paths must be unique",
-                    s.path
-                ),
-            ));
-        }
-        let p = Path::new(&s.path);
-        if p.is_absolute()
-            || p.components()
-                .any(|c| matches!(c, std::path::Component::ParentDir))
-        {
-            return Err(invalid(
-                path,
-                None,
-                format!("sources[{i}].path"),
-                format!(
-                    "`{}` escapes the solution directory; expected a relative path",
-                    s.path
-                ),
-            ));
-        }
-    }
-    if sol.spec.languages.is_empty() {
-        return Err(invalid(
-            path,
-            None,
-            "spec.languages",
-            "empty; expected e.g. [\"triton\"]".into(),
-        ));
-    }
-    let warnings = unknown
-        .into_iter()
-        .map(|f| format!("`{}`: unknown field `{f}` ignored", path.display()))
-        .collect();
-    Ok((sol, warnings))
 }
