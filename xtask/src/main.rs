@@ -6,12 +6,12 @@
 //! - `quickstart`: release build, `.venv`, then the bundled corpus on the best available device.
 //! - `corpus [--device D] [--kg-bench PATH]`: the bundled corpus end to end alone, each
 //!   workload's status checked, then the tail-mask mutants of `fixtures/mutants/`, each of
-//!   which must fail (`test` runs it on the CPU; see `corpus.rs`).
+//!   which must fail (`test` runs it on the CPU; see `corpus/mod.rs`).
 //! - `schemas [--check]`: write (or check) `docs/schemas/*.json` from kg-contract.
 //! - `device-bundle DIR`: release binaries copied into DIR, for carrying to a GPU machine.
 //! - `release ...`: a scored, hash-bound release bundle of a corpus (see `release.rs`).
-//! - `redteam [--device cpu|cuda:N]`: the adversarial corpus against kg-bench (see `redteam.rs`);
-//!   `test` runs it on the CPU.
+//! - `redteam [--device cpu|cuda:N]`: the adversarial corpus against kg-bench (see
+//!   `redteam/mod.rs`); `test` runs it on the CPU.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
