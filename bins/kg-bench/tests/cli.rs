@@ -11,38 +11,10 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use kg_contract::{Status, Trace};
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .unwrap()
-        .to_path_buf()
-}
+use kg_test_support::{python, workspace};
 
 fn fixtures() -> PathBuf {
     workspace().join("crates/exec/tests/fixtures")
-}
-
-/// The test interpreter; a test that needs it fails without it (never passes by skipping).
-fn python() -> PathBuf {
-    let py = std::env::var_os("KG_TEST_PYTHON")
-        .map(PathBuf::from)
-        .or_else(|| {
-            let v = workspace().join(".venv/bin/python");
-            v.is_file().then_some(v)
-        })
-        .unwrap_or_else(|| PathBuf::from("python3"));
-    let ok = Command::new(&py)
-        .args(["-c", "import torch"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        ok,
-        "`{}` cannot import torch: run `cargo xtask setup` or set KG_TEST_PYTHON",
-        py.display()
-    );
-    py
 }
 
 /// A kg-bench command with its own TMPDIR (so its workers can be found in /proc).

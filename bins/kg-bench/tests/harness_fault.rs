@@ -6,38 +6,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use kg_contract::{RetryReason, Status, Trace};
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .unwrap()
-        .to_path_buf()
-}
-
-fn python() -> PathBuf {
-    let py = std::env::var_os("KG_TEST_PYTHON")
-        .map(PathBuf::from)
-        .or_else(|| {
-            let v = workspace().join(".venv/bin/python");
-            v.is_file().then_some(v)
-        })
-        .unwrap_or_else(|| PathBuf::from("python3"));
-    let ok = Command::new(&py)
-        .args(["-c", "import torch"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        ok,
-        "`{}` cannot import torch: run `cargo xtask setup` or set KG_TEST_PYTHON",
-        py.display()
-    );
-    py
-}
+use kg_test_support::{python, workspace};
 
 /// `kg-bench evaluate PROBLEM --solution reference` on the CPU with `fault` injected, writing
 /// its traces to `out`.

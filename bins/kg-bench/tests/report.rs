@@ -14,41 +14,13 @@ use std::process::{Command, Output};
 use std::time::Instant;
 
 use kg_contract::{Status, Trace};
+use kg_test_support::{python, workspace};
 
 const PROBLEMS: [&str; 3] = [
     "gelu_tanh_bf16_gemma2_2b",
     "rmsnorm_bf16_qwen2_5_0_5b",
     "softmax_bf16_qwen2_5_0_5b_attn_probs",
 ];
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .unwrap()
-        .to_path_buf()
-}
-
-/// The test interpreter; a test that needs it fails without it.
-fn python() -> PathBuf {
-    let py = std::env::var_os("KG_TEST_PYTHON")
-        .map(PathBuf::from)
-        .or_else(|| {
-            let v = workspace().join(".venv/bin/python");
-            v.is_file().then_some(v)
-        })
-        .unwrap_or_else(|| PathBuf::from("python3"));
-    let ok = Command::new(&py)
-        .args(["-c", "import torch"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        ok,
-        "`{}` cannot import torch: run `cargo xtask setup` or set KG_TEST_PYTHON",
-        py.display()
-    );
-    py
-}
 
 /// Chromium on PATH. Missing is a failure: under CI (`CI` set) `.ci/run` should have installed
 /// it; elsewhere the message says how.

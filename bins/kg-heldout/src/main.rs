@@ -2,7 +2,6 @@
 //! `kg-heldout`: held-out shape generation and original-versus-optimised evaluation,
 //! compatible with AgentKernelArena's held-out files. The logic lives in the kg-heldout crate.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -162,17 +161,8 @@ fn usage(e: impl Into<anyhow::Error>) -> Failure {
 }
 
 fn main() -> ExitCode {
-    // Colour only for a person at a terminal: a log redirected to a file stays plain text.
-    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("KG_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(colour)
-        .with_target(false)
-        .init();
+    // Progress goes to the log at `info`, so that is this binary's default level.
+    kg_cli::init_logging("info");
     let cli = Cli::parse();
     let result = match cli.command {
         Cmd::Generate(a) => run_generate(a),

@@ -5,9 +5,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
+use kg_test_support::copy_tree;
 use serde_json::Value;
 
 const RUN: &str = "run_20261201_120000";
@@ -161,19 +162,6 @@ exec bash scripts/fake.sh "$(basename "$PWD")" "$2"
 
 fn ws_name(name: &str) -> String {
     format!("triton2triton_vllm_{name}_20261201_120000")
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dst = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_tree(&e.path(), &dst);
-        } else {
-            std::fs::copy(e.path(), dst).unwrap();
-        }
-    }
 }
 
 fn text(o: &Output) -> String {

@@ -10,6 +10,7 @@
     clippy::panic
 )]
 
+use kg_test_support::{copy_tree, workspace};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,45 +18,6 @@ use std::process::Command;
 use kg_heldout::summary::{
     DeviceMode, ErrorKind, HeldoutSummary, HeldoutTaskResult, PerfSide, SpeedupStatus,
 };
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
-
-fn python() -> PathBuf {
-    let cands: Vec<PathBuf> = match std::env::var("KG_TEST_PYTHON") {
-        Ok(p) => vec![p.into()],
-        Err(_) => vec![workspace().join(".venv/bin/python"), "python3".into()],
-    };
-    for p in cands {
-        let ok = Command::new(&p)
-            .args(["-c", "import torch, triton, pytest"])
-            .status()
-            .is_ok_and(|s| s.success());
-        if ok {
-            return p;
-        }
-    }
-    panic!(
-        "no Python with torch, triton and pytest: tried `KG_TEST_PYTHON`, else `.venv/bin/python` and `python3` (`cargo xtask setup`, or set KG_TEST_PYTHON)"
-    );
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dst = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_tree(&e.path(), &dst);
-        } else {
-            std::fs::copy(e.path(), dst).unwrap();
-        }
-    }
-}
 
 /// Every file under `dir` with its content, to prove the run directory is never modified.
 fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
@@ -242,7 +204,7 @@ fn kg(args: &[&str], py: &Path, cwd: &Path) -> std::process::Output {
 
 #[test]
 fn generate_then_eval_on_cpu_fixtures() {
-    let py = python();
+    let py = kg_test_support::python_with(&["torch", "triton", "pytest"]);
     let tmp = tempfile::tempdir().unwrap();
     let tasks = workspace().join("fixtures/heldout/tasks");
     let heldout = tmp.path().join("held_out_tests");

@@ -11,23 +11,7 @@ use indexmap::IndexMap;
 use kg_contract::{LoadedWorkload, Problem, Workload};
 use kg_solar::analysis::{Analysis, analyze_batch};
 use kg_solar::{Backend, SolarError, hardware};
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// `KG_TEST_PYTHON`, else `<workspace>/.venv/bin/python`, else `python3`.
-fn python() -> PathBuf {
-    if let Some(p) = std::env::var_os("KG_TEST_PYTHON") {
-        return PathBuf::from(p);
-    }
-    let venv = workspace().join(".venv/bin/python");
-    if venv.is_file() {
-        venv
-    } else {
-        PathBuf::from("python3")
-    }
-}
+use kg_test_support::{python, workspace};
 
 /// Loads a problem for counting. Workloads are bound without the contract's input-type policy
 /// checks, so this test is about counting only (corpus validation is tested elsewhere).
@@ -262,25 +246,9 @@ fn got(a: &Analysis) -> Expect {
     }
 }
 
-fn torch_available(py: &Path) -> bool {
-    std::process::Command::new(py)
-        .args(["-c", "import torch"])
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 #[test]
 fn corpus_counts_match_closed_forms_on_both_backends() {
     let py = python();
-    if !torch_available(&py) {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "torch is missing from `{}` in CI",
-            py.display()
-        );
-        eprintln!("skipping: torch is not importable from `{}`", py.display());
-        return;
-    }
     let root = workspace().join("problems/core");
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
         .unwrap()
@@ -341,14 +309,6 @@ fn corpus_counts_match_closed_forms_on_both_backends() {
 #[test]
 fn unsupported_ops_fail_closed_listing_every_one() {
     let py = python();
-    if !torch_available(&py) {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "torch is missing from `{}` in CI",
-            py.display()
-        );
-        return;
-    }
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/unsupported_ops");
     let p = Problem::load(&dir).unwrap();
     let hw = hardware::load("h200").unwrap();

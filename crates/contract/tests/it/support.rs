@@ -9,13 +9,7 @@ pub fn fixture(rel: &str) -> PathBuf {
     workspace().join("fixtures/contract").join(rel)
 }
 
-/// The workspace root.
-pub fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
+pub use kg_test_support::workspace;
 
 /// 1-based line of the first line of `path` containing `marker`.
 pub fn line_of(path: &Path, marker: &str) -> usize {

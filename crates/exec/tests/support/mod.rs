@@ -2,18 +2,11 @@
 //! every helper is used by each).
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use kg_exec::Interpreter;
 
-/// The repository root.
-pub fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
-}
+pub use kg_test_support::workspace;
 
 /// The test interpreter (`KG_TEST_PYTHON`, else as kg-bench finds one), not yet probed.
 pub fn interpreter() -> Interpreter {
