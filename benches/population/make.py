@@ -75,7 +75,7 @@ def main():
     for name, kind, src in population(n):
         sol = {
             "name": name, "definition": DEFINITION, "author": "kernelgate-population",
-            "spec": {"languages": ["triton"], "target_hardware": ["H200", "LOCAL"],
+            "spec": {"languages": ["triton"], "target_hardware": ["LOCAL"],
                      "entry_point": "kernel.py::run", "destination_passing_style": True,
                      "dependencies": ["torch", "triton"]},
             "sources": [{"path": "kernel.py", "content": src}],

@@ -13,19 +13,24 @@ m=${4:-10}
 kg=${KG_BENCH:-target/release/kg-bench}
 py=${PYTHON:-python3}
 problem=problems/core/gelu_tanh_bf16_gemma2_2b
+# Absolute: SOL-ExecBench starts its workers in other directories, with this PYTHONPATH.
+sol=$(cd "$sol" && pwd)
+since() { "$py" -c "import sys, time; print(f'{time.time() - float(sys.argv[1]):.2f}')" "$1"; }
 mkdir -p "$out"
 "$py" "$(dirname "$0")/make.py" "$out/pop" "$n" || exit 2
 t0=$(date +%s.%N)
 # shellcheck disable=SC2086
 "$kg" run problems/core --solutions "$out/pop" --filter problem:gelu_tanh_bf16_gemma2_2b --rerun -q -o "$out/kg" ${KG_FLAGS:-} > "$out/kg.log" 2>&1
-echo "kernelgate $n $(echo "$(date +%s.%N) - $t0" | bc) $?" > "$out/walls.txt"
+rc=$?
+echo "kernelgate $n $(since "$t0") $rc" > "$out/walls.txt"
 k=0
 for f in $(ls "$out/pop/gelu_tanh_bf16_gemma2_2b/"*.json | sort | head -"$m"); do
   name=$(basename "$f" .json)
   t0=$(date +%s.%N)
   PYTHONPATH="$sol/src${PYTHONPATH:+:$PYTHONPATH}" "$py" -c 'import sys; from sol_execbench.cli import cli; cli(sys.argv[1:])' \
     "$problem" --solution "$f" --output "$out/sol-$name.jsonl" > "$out/sol-$name.log" 2>&1
-  echo "sol-execbench-one $name $(echo "$(date +%s.%N) - $t0" | bc) $?" >> "$out/walls.txt"
+  rc=$?
+  echo "sol-execbench-one $name $(since "$t0") $rc" >> "$out/walls.txt"
   k=$((k + 1))
 done
 "$py" - "$out" "$n" <<'PY'

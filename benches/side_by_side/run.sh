@@ -19,10 +19,14 @@ py=${PYTHON:-python3}
 rounds=${ROUNDS:-1}
 mkdir -p "$out"
 [ -d "$sol/src/sol_execbench" ] || { echo "error: \`$sol\` is not a SOL-ExecBench checkout (no src/sol_execbench)" >&2; exit 2; }
+# Absolute: SOL-ExecBench starts its workers in other directories, with this PYTHONPATH.
+sol=$(cd "$sol" && pwd)
 [ -x "$kg" ] || { echo "error: \`$kg\` is not an executable kg-bench (set KG_BENCH, or cargo build --release)" >&2; exit 2; }
 mapfile -t problems < <(find "$examples" -name definition.json -printf '%h\n' | sort)
 [ ${#problems[@]} -gt 0 ] || { echo "error: no definition.json under \`$examples\`" >&2; exit 2; }
 now() { date +%s.%N; }
+# Seconds since $1 (no `bc` needed: some machines lack it).
+since() { "$py" -c "import sys, time; print(f'{time.time() - float(sys.argv[1]):.2f}')" "$1"; }
 walls="$out/walls.tsv"
 printf 'round\ttool\tproblem\twall_s\texit\n' > "$walls"
 for r in $(seq 1 "$rounds"); do
@@ -38,7 +42,7 @@ for r in $(seq 1 "$rounds"); do
       PYTHONPATH="$sol/src${PYTHONPATH:+:$PYTHONPATH}" "$py" -c 'import sys; from sol_execbench.cli import cli; cli(sys.argv[1:])' \
         "$p" --solution "$s" --output "$out/sol-$r-$name.jsonl" --compile-timeout 600 > "$out/sol-$r-$name.log" 2>&1
       rc=$?
-      printf '%s\tsol-execbench\t%s\t%.2f\t%s\n' "$r" "${p#$examples/}" "$(echo "$(now) - $t0" | bc)" "$rc" >> "$walls"
+      printf '%s\tsol-execbench\t%s\t%s\t%s\n' "$r" "${p#$examples/}" "$(since "$t0")" "$rc" >> "$walls"
     done
   }
   run_kg() {
@@ -46,7 +50,7 @@ for r in $(seq 1 "$rounds"); do
     # shellcheck disable=SC2086
     "$kg" run "$examples" --solutions bundled --rerun -q -o "$out/kg-$r" --compile-timeout 600 ${KG_FLAGS:-} > "$out/kg-$r.log" 2>&1
     rc=$?
-    printf '%s\tkernelgate\t(all %s)\t%.2f\t%s\n' "$r" "${#problems[@]}" "$(echo "$(now) - $t0" | bc)" "$rc" >> "$walls"
+    printf '%s\tkernelgate\t(all %s)\t%s\t%s\n' "$r" "${#problems[@]}" "$(since "$t0")" "$rc" >> "$walls"
   }
   if [ "$sol_first" = 1 ]; then run_sol; run_kg; else run_kg; run_sol; fi
 done
