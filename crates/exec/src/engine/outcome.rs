@@ -58,6 +58,27 @@ pub(super) fn short_batch(
     })
 }
 
+/// A reference that failed to answer: INVALID_REFERENCE.
+pub(super) const REFERENCE_FAILED: (Status, Reason) =
+    (Status::InvalidReference, Reason::ReferenceFailed);
+/// A judge that failed at its own work (not the reference's): RUNTIME_ERROR.
+pub(super) const JUDGE_FAILED: (Status, Reason) = (Status::RuntimeError, Reason::JudgeFailed);
+
+/// The judge's reply `r` when it succeeded; else the outcome `(status, reason)` with the
+/// reply's message (a failed request's own words after `prefix`); a cancellation as such.
+pub(super) fn judge_ok(
+    r: Result<Value, JudgeFail>,
+    (status, reason): (Status, Reason),
+    prefix: &str,
+) -> Result<Result<Value, Outcome>, ExecError> {
+    match r {
+        Ok(r) if reply_ok(&r) => Ok(Ok(r)),
+        Ok(r) => Ok(Err(Outcome::fail(status, reason, reply_message(&r)))),
+        Err(JudgeFail::Cancelled) => Err(ExecError::Cancelled),
+        Err(JudgeFail::Other(m)) => Ok(Err(Outcome::fail(status, reason, format!("{prefix}{m}")))),
+    }
+}
+
 /// The reason of a reward hack a worker's reply `v` reports (`reward_hack_reason`).
 pub(super) fn hack_reason(v: &Value) -> Reason {
     v.get("reward_hack_reason")

@@ -274,23 +274,9 @@ impl Session {
                 (r, t.elapsed(), None)
             }
         };
-        let r = match r {
-            Ok(r) if reply_ok(&r) => r,
-            Ok(r) => {
-                return Ok(Err(Outcome::fail(
-                    Status::InvalidReference,
-                    Reason::ReferenceFailed,
-                    reply_message(&r),
-                )));
-            }
-            Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
-            Err(JudgeFail::Other(m)) => {
-                return Ok(Err(Outcome::fail(
-                    Status::InvalidReference,
-                    Reason::ReferenceFailed,
-                    format!("the reference failed: {m}"),
-                )));
-            }
+        let r = match judge_ok(r, REFERENCE_FAILED, "the reference failed: ")? {
+            Ok(r) => r,
+            Err(o) => return Ok(Err(o)),
         };
         let replies = replies_of(&r, "replies");
         st.costs

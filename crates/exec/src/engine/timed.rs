@@ -264,23 +264,9 @@ impl Session {
                     cx.deadline,
                 ),
             };
-            let r = match r {
-                Ok(r) if reply_ok(&r) => r,
-                Ok(r) => {
-                    return Ok(Err(Timed::fail(
-                        Status::InvalidReference,
-                        Reason::ReferenceFailed,
-                        reply_message(&r),
-                    )));
-                }
-                Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
-                Err(JudgeFail::Other(m)) => {
-                    return Ok(Err(Timed::fail(
-                        Status::InvalidReference,
-                        Reason::ReferenceFailed,
-                        m,
-                    )));
-                }
+            let r = match judge_ok(r, REFERENCE_FAILED, "")? {
+                Ok(r) => r,
+                Err(o) => return Ok(Err(Timed::failed(o))),
             };
             let strs = |k: &str| -> Vec<String> {
                 r.get(k)
@@ -342,23 +328,9 @@ impl Session {
     ) -> Result<Option<Timed>, ExecError> {
         let deadline = cx.deadline;
         let sreq = json!({"op": "sample_timed", "ran": ran, "samples": integrity::TIMED_SAMPLES});
-        let indices = match self.judge_request(&sreq, deadline) {
-            Ok(r) if reply_ok(&r) => r.get("indices").cloned().unwrap_or(Value::Null),
-            Ok(r) => {
-                return Ok(Some(Timed::fail(
-                    Status::RuntimeError,
-                    Reason::JudgeFailed,
-                    reply_message(&r),
-                )));
-            }
-            Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
-            Err(JudgeFail::Other(m)) => {
-                return Ok(Some(Timed::fail(
-                    Status::RuntimeError,
-                    Reason::JudgeFailed,
-                    m,
-                )));
-            }
+        let indices = match judge_ok(self.judge_request(&sreq, deadline), JUDGE_FAILED, "")? {
+            Ok(r) => r.get("indices").cloned().unwrap_or(Value::Null),
+            Err(o) => return Ok(Some(Timed::failed(o))),
         };
         let timed_out = cx.xfer.outputs.join("out_timed.bin");
         let save = json!({"op": "time_save", "indices": indices, "out": timed_out,

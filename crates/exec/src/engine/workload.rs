@@ -218,23 +218,9 @@ impl Session {
             "budget_s": budget, "clones": clones, "spin_us": tr.get("spin_us"),
         });
         let (rr, ref_keys) = self.judge_timing_request(&rreq, deadline);
-        let rr = match rr {
-            Ok(r) if reply_ok(&r) => r,
-            Ok(r) => {
-                return Ok(Err(Outcome::fail(
-                    Status::InvalidReference,
-                    Reason::ReferenceFailed,
-                    reply_message(&r),
-                )));
-            }
-            Err(JudgeFail::Cancelled) => return Err(ExecError::Cancelled),
-            Err(JudgeFail::Other(m)) => {
-                return Ok(Err(Outcome::fail(
-                    Status::InvalidReference,
-                    Reason::ReferenceFailed,
-                    m,
-                )));
-            }
+        let rr = match judge_ok(rr, REFERENCE_FAILED, "")? {
+            Ok(r) => r,
+            Err(o) => return Ok(Err(o)),
         };
         // The trusted judge's samples are held to the same binding (cheap, and a harness bug
         // would otherwise skew every speedup): one per set it opened, or per clone call.
