@@ -78,15 +78,7 @@ impl Seen {
     }
 
     /// The network and PID namespace layers.
-    fn namespaces(&self) -> Vec<LayerState> {
-        let mut layers = Vec::new();
-        let mut push = |layer: Layer, held: bool, detail: String| {
-            layers.push(LayerState {
-                layer,
-                held,
-                detail,
-            });
-        };
+    fn namespaces(&self, push: &mut impl FnMut(Layer, bool, String)) {
         let net = self.differs("net");
         let ipc = self.differs("ipc");
         push(
@@ -110,19 +102,10 @@ impl Seen {
             }
             .into(),
         );
-        layers
     }
 
     /// The read-only view and private temporary directories.
-    fn filesystem(&self, want: &Expected) -> Vec<LayerState> {
-        let mut layers = Vec::new();
-        let mut push = |layer: Layer, held: bool, detail: String| {
-            layers.push(LayerState {
-                layer,
-                held,
-                detail,
-            });
-        };
+    fn filesystem(&self, want: &Expected, push: &mut impl FnMut(Layer, bool, String)) {
         let theirs = parse_mountinfo_full(&self.mountinfo);
         let own_mount_ns = self.differs("mnt");
         let allowed_rw = |p: &Path| {
@@ -197,20 +180,11 @@ impl Seen {
                 .collect::<Vec<_>>()
                 .join(", "),
         );
-        layers
     }
 
-    /// User, capabilities, no-new-privileges and seccomp; with whether the worker is
+    /// User, capabilities, no-new-privileges and seccomp; returns whether the worker is
     /// unprivileged and filtered by seccomp (the limits depend on both).
-    fn credentials(&self) -> (Vec<LayerState>, bool, bool) {
-        let mut layers = Vec::new();
-        let mut push = |layer: Layer, held: bool, detail: String| {
-            layers.push(LayerState {
-                layer,
-                held,
-                detail,
-            });
-        };
+    fn credentials(&self, push: &mut impl FnMut(Layer, bool, String)) -> (bool, bool) {
         // Real, effective, saved and filesystem uids, as mapped into our namespace.
         let uids: Vec<u64> = status_field(&self.status, "Uid:")
             .map(|s| {
@@ -258,19 +232,16 @@ impl Seen {
                 status_field(&self.status, "Seccomp:").unwrap_or("?")
             ),
         );
-        (layers, unprivileged, seccomp)
+        (unprivileged, seccomp)
     }
 
     /// Memory, process and file-size limits.
-    fn limits(&self, want: &Expected, unprivileged: bool, seccomp: bool) -> Vec<LayerState> {
-        let mut layers = Vec::new();
-        let mut push = |layer: Layer, held: bool, detail: String| {
-            layers.push(LayerState {
-                layer,
-                held,
-                detail,
-            });
-        };
+    fn limits(
+        &self,
+        want: &Expected,
+        (unprivileged, seccomp): (bool, bool),
+        push: &mut impl FnMut(Layer, bool, String),
+    ) {
         let finite = |row: &str| soft_limit(&self.limits, row).filter(|v| v != "unlimited");
         let data = finite("Max data size");
         let cg = want
@@ -314,7 +285,6 @@ impl Seen {
                 format!("RLIMIT_FSIZE {v} bytes")
             }),
         );
-        layers
     }
 }
 
@@ -322,11 +292,18 @@ impl Seen {
 /// `None` when its `/proc` entries cannot be read (it is gone).
 pub fn observe(pid: u32, want: &Expected) -> Option<IsolationReport> {
     let seen = Seen::read(worker_pid(pid))?;
-    let mut layers = seen.namespaces();
-    layers.extend(seen.filesystem(want));
-    let (credentials, unprivileged, seccomp) = seen.credentials();
-    layers.extend(credentials);
-    layers.extend(seen.limits(want, unprivileged, seccomp));
+    let mut layers = Vec::new();
+    let mut push = |layer: Layer, held: bool, detail: String| {
+        layers.push(LayerState {
+            layer,
+            held,
+            detail,
+        });
+    };
+    seen.namespaces(&mut push);
+    seen.filesystem(want, &mut push);
+    let creds = seen.credentials(&mut push);
+    seen.limits(want, creds, &mut push);
     Some(IsolationReport {
         sandboxed: true,
         layers,
