@@ -3,14 +3,7 @@
 # references; SOL-ExecBench's 7 Hopper examples side by side with its own harness (kg-bench
 # cold build cache), then kg-bench warm; then the build of 90afbe1 (candidates build their
 # own modules) as far as time allows.
-set -u
-B=${KG_DEVICE_DIR:-.device-bin/s34}; R=$OUT/r; mkdir -p $R
-export PYTHON_BIN=python3
-log() { echo "$@" | tee -a $R/walls.txt; }
-timeit() { local name=$1 lim=$2; shift 2; local t0=$(date +%s.%N); timeout $lim "$@" > $R/$name.out 2> $R/$name.err; local rc=$?; local t1=$(date +%s.%N); log "$name rc=$rc wall_s=$(python3 -c "print(round($t1-$t0,1))")"; }
-pack() { (cd $OUT && tar czf r.tgz r); }
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $B/whl/*.whl > $R/pip.txt 2>&1; log "pip rc=$?"
-nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm --format=csv,noheader | tee $R/smi.txt
+. "$(dirname "$0")/common.sh"
 python3 -m pip show nvidia-cuda-cupti 2>/dev/null | grep -i version | tee -a $R/smi.txt
 PYTHONPATH=/tmp/site python3 -c "from cupti import cupti; print('cupti-python ok')" >> $R/smi.txt 2>&1; tail -1 $R/smi.txt
 $B/bin/kg-gpu list > $R/gpu-list.txt 2>&1; log "kg-gpu list rc=$?"

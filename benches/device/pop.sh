@@ -1,12 +1,8 @@
 #!/usr/bin/env bash
 # Device call (issue 24): the agent-loop population alone (50 Triton candidates through
 # kg-bench, SOL-ExecBench's CLI once per candidate for the first 10).
-set -u
-B=${KG_DEVICE_DIR:-.device-bin/s34}; R=$OUT/r; mkdir -p $R
-export PYTHON_BIN=python3
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $B/whl/*.whl > $R/pip.txt 2>&1
-nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader | tee $R/smi.txt
+. "$(dirname "$0")/common.sh"
 export KG_CACHE_DIR=/tmp/kgcache-pop-$$
 PYTHONPATH=/tmp/site KG_BENCH=$B/bin/kg-bench KG_FLAGS="--gpus all" timeout 420 bash benches/population/run.sh $B/solx $R/pop 50 10 > $R/pop.txt 2>&1; echo "population rc=$?" >> $R/pop.txt; cat $R/pop.txt; cat $R/pop/walls.txt
 rm -rf $R/pop/pop
-(cd $OUT && tar czf r.tgz r)
+pack
