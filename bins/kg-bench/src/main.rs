@@ -7,6 +7,7 @@ mod cache_cmd;
 mod compare_cmd;
 mod dataset_cmd;
 mod evaluate_cmd;
+mod merge_cmd;
 mod output;
 mod progress;
 mod report_cmd;
@@ -137,6 +138,10 @@ enum Command {
     /// significant regression.
     #[command(after_help = compare_cmd::EXIT_COMPARE)]
     Compare(compare_cmd::CompareArgs),
+    /// Join the run directories of `run --shard K/N` into one run: checks that they are one
+    /// corpus run's shards, complete and disjoint, and verifies every trace first.
+    #[command(after_help = merge_cmd::EXIT_MERGE)]
+    Merge(merge_cmd::MergeArgs),
     /// The build cache of compiled solutions (cuda_cpp, hip_cpp): list or clean it.
     #[command(subcommand, after_help = cache_cmd::EXIT_CACHE)]
     Cache(cache_cmd::CacheCommand),
@@ -320,6 +325,12 @@ struct RunArgs {
     /// thread; timings are CPU timings taken beside the other lanes).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     jobs: Option<u16>,
+    /// Evaluate only shard K of N of the selected problem/solution pairs (`2/3`), or `slurm`
+    /// (this Slurm array task's shard; the array must be `1-N`). Every shard computes the same
+    /// partition, balanced by expected cost; the output directory gets `shard.json`, and
+    /// `kg-bench merge` joins the shards into one run.
+    #[arg(long, value_name = "K/N|slurm")]
+    shard: Option<String>,
     #[command(flatten)]
     env: EnvArgs,
     #[command(flatten)]
@@ -391,6 +402,7 @@ fn main() -> ExitCode {
         Command::Report(a) => report_cmd::report(a).map_err(usage),
         Command::Compare(a) => compare_cmd::compare(a).map_err(usage),
         Command::Cache(c) => cache_cmd::run(c).map_err(usage),
+        Command::Merge(a) => merge_cmd::merge(a),
     };
     match result {
         Ok(code) => ExitCode::from(code as u8),

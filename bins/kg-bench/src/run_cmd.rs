@@ -188,6 +188,24 @@ pub(crate) fn run(a: RunArgs, cancel: &CancelToken) -> Result<i32, Failure> {
         &mut reporter,
     )
     .map_err(from_runner)?;
+    if let Some(s) = &a.shard {
+        let spec = if s == "slurm" {
+            kg_exec::shard::ShardSpec::from_slurm(|k| std::env::var(k).ok())
+        } else {
+            s.parse().map_err(|e| format!("--shard: {e}"))
+        }
+        .map_err(|e| usage(anyhow!(e)))?;
+        let listing = plan
+            .shard(spec, a.eval.max_workloads)
+            .map_err(|e| usage(anyhow!(e)))?;
+        if verbosity != Verbosity::Quiet {
+            let mine = listing.pairs.iter().filter(|p| p.shard == spec.k).count();
+            eprintln!(
+                "shard {spec}: {mine} of {} problem/solution pair(s)",
+                listing.pairs.len()
+            );
+        }
+    }
     let signer = load_signer(&a.eval)?;
     let run_id = chain::new_run_id().map_err(usage)?;
     let (interp, acquired) = match &a.gpus {

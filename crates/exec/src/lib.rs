@@ -69,6 +69,7 @@ pub mod runner;
 pub mod runtime;
 pub mod sandbox;
 pub mod scripts;
+pub mod shard;
 pub mod toolchain;
 
 pub use device::{DeviceChoice, DeviceRequest};

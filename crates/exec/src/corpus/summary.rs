@@ -154,6 +154,10 @@ pub struct RunSummary {
     /// `kg-bench verify --summary` checks the files against (schema version 2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chain: Option<kg_contract::chain::RunChain>,
+    /// The shards this run was merged from (`kg-bench merge`), in shard order; empty for a
+    /// run on one host.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub merged_from: Vec<crate::shard::MergedShard>,
 }
 
 impl RunSummary {
@@ -212,5 +216,6 @@ pub fn summarize(
         refused: IndexMap::new(),
         filters: Vec::new(),
         chain: None,
+        merged_from: Vec::new(),
     }
 }

@@ -37,6 +37,9 @@ use crate::engine::{
 };
 use crate::integrity::DirSnapshot;
 use crate::lanes::{Lane, Schedule};
+use crate::shard::{
+    SHARD_FILE, ShardError, ShardListing, ShardPair, ShardProblem, ShardRun, ShardSpec,
+};
 use crate::{CancelToken, DeviceChoice, Interpreter};
 
 pub use events::{BuildEnd, LaneFailure, Reporter, RunEvent, RunnerError, SkipReason};
@@ -97,6 +100,8 @@ pub struct CorpusPlan {
     /// Refused pairs: problem key → solution → reason.
     pub refused: IndexMap<String, IndexMap<String, String>>,
     refusals_checked: bool,
+    /// The shard this plan was cut to ([`CorpusPlan::shard`]).
+    shard: Option<ShardListing>,
 }
 
 impl CorpusPlan {
@@ -207,6 +212,7 @@ impl CorpusPlan {
             errors,
             refused: IndexMap::new(),
             refusals_checked: false,
+            shard: None,
         };
         if !filters.is_empty() && plan.selected() == 0 {
             return Err(RunnerError::FilterMatchedNothing {
@@ -225,6 +231,78 @@ impl CorpusPlan {
     /// The number of pairs the filters selected.
     pub fn selected(&self) -> usize {
         self.problems.iter().map(|p| p.pairs.len()).sum()
+    }
+
+    /// Keeps only the pairs of shard `spec` ([`crate::shard`]) and returns the listing of the
+    /// whole corpus: every shard computes the same partition of all selected pairs from their
+    /// workloads (at most `max_workloads` each). Problems stay: each shard's summary describes
+    /// them all. Call it before [`CorpusPlan::refuse`], so a shard refuses only its own pairs.
+    pub fn shard(
+        &mut self,
+        spec: ShardSpec,
+        max_workloads: Option<usize>,
+    ) -> Result<&ShardListing, ShardError> {
+        let selected = self.selected();
+        if selected < spec.n as usize {
+            return Err(ShardError::TooManyShards {
+                spec,
+                pairs: selected,
+            });
+        }
+        let out_dir = &self.options.output_dir;
+        let mut pairs = Vec::new();
+        for p in &self.problems {
+            let workloads = corpus::select_workloads(&p.problem, None, max_workloads);
+            let cost = crate::shard::pair_cost(&workloads);
+            for s in &p.pairs {
+                let rel = s.path.strip_prefix(out_dir).unwrap_or(&s.path);
+                let trace: Vec<String> = rel
+                    .components()
+                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                    .collect();
+                pairs.push(ShardPair {
+                    key: p.key.clone(),
+                    solution: s.found.solution.name.clone(),
+                    solution_sha256: s.sha256.clone(),
+                    trace: trace.join("/"),
+                    cost,
+                    shard: 0,
+                });
+            }
+        }
+        let costs: Vec<u64> = pairs.iter().map(|p| p.cost).collect();
+        for (p, k) in pairs
+            .iter_mut()
+            .zip(crate::shard::partition(&costs, spec.n))
+        {
+            p.shard = k;
+        }
+        let mut ours = pairs.iter().map(|p| p.shard == spec.k);
+        for p in &mut self.problems {
+            p.pairs.retain(|_| ours.next().unwrap_or(false));
+        }
+        let problems = self
+            .problems
+            .iter()
+            .map(|p| ShardProblem {
+                key: p.key.clone(),
+                tree_sha256: Some(p.tree_sha256.clone()),
+            })
+            .chain(self.errors.keys().map(|k| ShardProblem {
+                key: k.clone(),
+                tree_sha256: None,
+            }))
+            .collect();
+        Ok(self.shard.insert(ShardListing {
+            spec,
+            problems,
+            pairs,
+        }))
+    }
+
+    /// The shard listing, when the plan was cut to a shard.
+    pub fn shard_listing(&self) -> Option<&ShardListing> {
+        self.shard.as_ref()
     }
 
     /// Refuses, up front and named, the pairs that cannot run on `device` with `python`: a
@@ -709,6 +787,22 @@ impl CorpusRunner {
         let summary_path = options.output_dir.join("summary.json");
         let text = kg_contract::io::to_json_pretty(&summary, "summary")?;
         kg_contract::io::write_atomic(&summary_path, text.as_bytes())?;
+        if let Some(listing) = &self.plan.shard {
+            let manifest = listing.manifest(ShardRun {
+                corpus: options.corpus_dir.display().to_string(),
+                filters: options.filters.clone(),
+                max_workloads: self.config.max_workloads,
+                run_id: self.config.run_id.clone(),
+                device: self.opts.device.to_string(),
+                gpu_claims: self
+                    .lanes
+                    .iter()
+                    .filter_map(|l| l.gpu_claim.clone())
+                    .collect(),
+            });
+            let text = kg_contract::io::to_json_pretty(&manifest, "shard manifest")?;
+            kg_contract::io::write_atomic(&options.output_dir.join(SHARD_FILE), text.as_bytes())?;
+        }
         reporter.report(&RunEvent::RunFinished {
             summary: Box::new(summary.clone()),
             path: summary_path.clone(),
