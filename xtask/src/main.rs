@@ -10,6 +10,8 @@
 //! - `schemas [--check]`: write (or check) `docs/schemas/*.json` from kg-contract.
 //! - `device-bundle DIR`: release binaries copied into DIR, for carrying to a GPU machine.
 //! - `release ...`: a scored, hash-bound release bundle of a corpus (see `release.rs`).
+//! - `slurm-test`: `kg-bench slurm` against a real single-node Slurm started in a temporary
+//!   directory (see `slurm.rs`); `test` runs it unless `KG_SKIP_SLURM_TEST` says why not.
 //! - `redteam [--device cpu|cuda:N]`: the adversarial corpus against kg-bench (see
 //!   `redteam/mod.rs`); `test` runs it on the CPU.
 
@@ -24,8 +26,9 @@ use anyhow::{Context, Result, bail};
 mod corpus;
 mod redteam;
 mod release;
+mod slurm;
 
-const USAGE: &str = "usage: cargo xtask <setup|test|quickstart|corpus [--device D] [--kg-bench PATH]|schemas [--check]|device-bundle DIR>";
+const USAGE: &str = "usage: cargo xtask <setup|test|quickstart|corpus [--device D] [--kg-bench PATH]|schemas [--check]|device-bundle DIR|slurm-test|redteam|release>";
 const REQUIREMENTS: &str = "python/requirements.txt";
 const VENV: &str = ".venv";
 const STAMP: &str = ".venv/.kg-requirements.sha256";
@@ -58,6 +61,11 @@ fn run() -> Result<()> {
         }
         Some("release") => release::release(&root, &args[1..]),
         Some("redteam") => redteam::redteam(&root, &args[1..]),
+        Some("slurm-test") => {
+            let python = setup(&root)?;
+            let kg_bench = redteam::default_kg_bench(&root)?;
+            slurm::slurm_test(&root, &kg_bench, &python)
+        }
         _ => bail!("{USAGE}"),
     }
 }
@@ -213,6 +221,18 @@ fn test(root: &Path) -> Result<()> {
             python_arg,
         ],
     )?;
+    // `kg-bench slurm` on a real single-node Slurm (about 3 minutes): a cancelled task
+    // reported, retried, the shards merged and matched against a one-host run. `.ci/run`
+    // installs slurm-wlm and munge, and sets KG_SKIP_SLURM_TEST with the reason when it cannot.
+    match std::env::var("KG_SKIP_SLURM_TEST") {
+        Ok(why) if !why.trim().is_empty() => {
+            eprintln!("==> cargo xtask slurm-test: SKIPPED: {why}");
+        }
+        _ => {
+            step("cargo xtask slurm-test");
+            slurm::slurm_test(root, &kg_bench, &python)?;
+        }
+    }
     eprintln!("all checks passed");
     Ok(())
 }

@@ -14,6 +14,7 @@ mod report_cmd;
 mod run_cmd;
 mod score_cmd;
 mod setup;
+mod slurm_cmd;
 mod solar_cmd;
 mod verify_cmd;
 
@@ -142,6 +143,10 @@ enum Command {
     /// corpus run's shards, complete and disjoint, and verifies every trace first.
     #[command(after_help = merge_cmd::EXIT_MERGE)]
     Merge(merge_cmd::MergeArgs),
+    /// Run a corpus as a Slurm job array (one task per shard), follow it, and merge the
+    /// shards; --dry-run prints the script.
+    #[command(after_help = slurm_cmd::EXIT_SLURM)]
+    Slurm(slurm_cmd::SlurmArgs),
     /// The build cache of compiled solutions (cuda_cpp, hip_cpp): list or clean it.
     #[command(subcommand, after_help = cache_cmd::EXIT_CACHE)]
     Cache(cache_cmd::CacheCommand),
@@ -403,6 +408,7 @@ fn main() -> ExitCode {
         Command::Compare(a) => compare_cmd::compare(a).map_err(usage),
         Command::Cache(c) => cache_cmd::run(c).map_err(usage),
         Command::Merge(a) => merge_cmd::merge(a),
+        Command::Slurm(a) => slurm_cmd::slurm(a, &cancel),
     };
     match result {
         Ok(code) => ExitCode::from(code as u8),
