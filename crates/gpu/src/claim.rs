@@ -127,6 +127,12 @@ impl Claim {
         let held = std::cell::RefCell::new(held);
         let dir = req.lock_dir.clone();
         let keep = |info: &crate::device::DeviceInfo| {
+            // A device this process's visibility variables hide is not ours to claim: under
+            // Slurm, `CUDA_VISIBLE_DEVICES` names the GPUs of this job, and the others belong
+            // to other jobs even when they look idle.
+            if info.runtime_index_basis == crate::device::IndexBasis::NotVisible {
+                return false;
+            }
             if let Some(spec) = &req.device
                 && !matches(spec, info)
             {

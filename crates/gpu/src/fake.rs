@@ -51,6 +51,10 @@ pub struct FakeDevice {
     /// Runtime index to report.
     #[serde(default)]
     pub runtime_index: Option<u32>,
+    /// Hidden from this process by a visibility variable, as Slurm's `CUDA_VISIBLE_DEVICES`
+    /// hides the GPUs of other jobs (reported as [`IndexBasis::NotVisible`]).
+    #[serde(default)]
+    pub hidden: bool,
     /// Total memory.
     #[serde(default)]
     pub memory_total_bytes: Option<u64>,
@@ -87,6 +91,7 @@ pub fn idle_claimer(
                 name: default_name(),
                 arch: None,
                 runtime_index: Some(k),
+                hidden: false,
                 memory_total_bytes: None,
                 samples: vec![Sample {
                     activity_pct: Some(0.0),
@@ -188,8 +193,12 @@ impl Backend for FakeBackend {
                 vendor: Vendor::Fake,
                 backend: NAME.into(),
                 smi_index: i as u32,
-                runtime_index: d.runtime_index,
-                runtime_index_basis: IndexBasis::Fake,
+                runtime_index: d.runtime_index.filter(|_| !d.hidden),
+                runtime_index_basis: if d.hidden {
+                    IndexBasis::NotVisible
+                } else {
+                    IndexBasis::Fake
+                },
                 uuid: d.uuid.clone(),
                 pci_bus_id: d.pci_bus_id.clone(),
                 name: d.name.clone(),
