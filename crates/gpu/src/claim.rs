@@ -125,12 +125,14 @@ impl Claim {
         // the holder.
         let held: Vec<LockOwner> = Vec::new();
         let held = std::cell::RefCell::new(held);
+        let hidden: std::cell::RefCell<Vec<String>> = std::cell::RefCell::new(Vec::new());
         let dir = req.lock_dir.clone();
         let keep = |info: &crate::device::DeviceInfo| {
             // A device this process's visibility variables hide is not ours to claim: under
             // Slurm, `CUDA_VISIBLE_DEVICES` names the GPUs of this job, and the others belong
             // to other jobs even when they look idle.
             if info.runtime_index_basis == crate::device::IndexBasis::NotVisible {
+                hidden.borrow_mut().push(info.uuid.clone());
                 return false;
             }
             if let Some(spec) = &req.device
@@ -151,6 +153,7 @@ impl Claim {
         };
         let report = pick::pick(&discovery, &req.pick, &keep);
         let held = held.into_inner();
+        let hidden = hidden.into_inner();
         let idle: Vec<Candidate> = match &report.outcome {
             PickOutcome::Picked => report.idle().cloned().collect(),
             PickOutcome::NoneIdle => {
@@ -177,6 +180,13 @@ impl Claim {
                         path,
                         owner: Some(Box::new(o)),
                     }));
+                }
+                if !hidden.is_empty() {
+                    return Err(ClaimError::NoGpu(format!(
+                        "{} GPU(s) hidden from this process by CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES ({}); a hidden GPU is never claimed (under Slurm it belongs to another job)",
+                        hidden.len(),
+                        hidden.join(", ")
+                    )));
                 }
                 if let Some(spec) = &req.device {
                     return Err(ClaimError::NoSuchDevice(spec.clone()));

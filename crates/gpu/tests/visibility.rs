@@ -55,6 +55,9 @@ fn a_hidden_gpu_is_never_claimed_even_when_it_is_the_idlest() {
     assert_eq!(c.evidence().uuid, "GPU-c");
     drop(c);
     // Named explicitly, a hidden GPU is still refused.
-    let e = Claim::acquire_with(discovery(true), request(tmp.path(), Some("GPU-a")));
-    assert!(e.is_err(), "claimed a GPU hidden from this process");
+    let Err(e) = Claim::acquire_with(discovery(true), request(tmp.path(), Some("GPU-a"))) else {
+        panic!("claimed a GPU hidden from this process");
+    };
+    let e = e.to_string();
+    assert!(e.contains("hidden from this process") && e.contains("GPU-a"), "{e}");
 }
