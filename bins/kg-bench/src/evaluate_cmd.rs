@@ -85,13 +85,19 @@ pub(crate) fn evaluate(a: EvaluateArgs, cancel: &CancelToken) -> Result<i32, Fai
         });
     }
     let mut session = Session::new(interp, opts, cancel.clone()).map_err(from_exec)?;
-    let mut progress = Progress::new(Verbosity::of(&a.env), workloads.len(), estimated_s);
+    let mut progress = Progress::new(
+        Verbosity::of(&a.env),
+        workloads.len(),
+        estimated_s,
+        !a.env.json,
+    );
     progress.pair(0, &problem.definition.name, &solution.name, estimates);
     // Nothing is written while the candidate lives: `evaluate_sealed` returns once it is gone.
     let sealed = session.evaluate_sealed(&problem, None, &solution, &workloads, &mut |e| {
         progress.event(&e);
     });
     session.shutdown();
+    progress.finish();
     let evaluated = sealed.map_err(from_exec)?;
     let mut traces = evaluated.traces;
     let mut head = None;

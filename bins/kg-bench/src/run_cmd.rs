@@ -9,6 +9,18 @@ pub(crate) struct RunReporter {
     labels: Vec<String>,
     /// Set when evaluation starts.
     progress: Option<Progress>,
+    /// `--json`: no progress bar.
+    json: bool,
+}
+
+impl RunReporter {
+    /// A line on stderr, above the progress bar while there is one.
+    fn say(&self, line: &str) {
+        match &self.progress {
+            Some(p) => p.say(line),
+            None => eprintln!("{line}"),
+        }
+    }
 }
 
 impl Reporter for RunReporter {
@@ -16,7 +28,7 @@ impl Reporter for RunReporter {
         let loud = self.verbosity != Verbosity::Quiet;
         match event {
             RunEvent::ProblemFailed { key, error } => eprintln!("error: {key}: {error}"),
-            RunEvent::ProblemChanged { key, error } => eprintln!("error: {key}: {error}"),
+            RunEvent::ProblemChanged { key, error } => self.say(&format!("error: {key}: {error}")),
             RunEvent::DuplicateDefinition(dup) => {
                 let dirs: Vec<String> = dup
                     .dirs
@@ -93,11 +105,13 @@ impl Reporter for RunReporter {
                 self.labels.clone_from(labels);
             }
             RunEvent::RunStarted {
+                pairs,
                 workloads,
                 estimated_s,
             } => {
-                let mut p = Progress::new(self.verbosity, *workloads, *estimated_s);
+                let mut p = Progress::new(self.verbosity, *workloads, *estimated_s, !self.json);
                 p.labels.clone_from(&self.labels);
+                p.pairs = *pairs;
                 self.progress = Some(p);
             }
             RunEvent::PairStarted {
@@ -120,32 +134,50 @@ impl Reporter for RunReporter {
                     p.finished(*lane, trace);
                 }
             }
-            RunEvent::BuildStarted { solution } if self.verbosity == Verbosity::Verbose => {
-                eprintln!("build: {solution} ...");
+            RunEvent::BuildStarted { solution } => {
+                if let Some(p) = &mut self.progress {
+                    p.build(Some(solution));
+                }
+                if self.verbosity == Verbosity::Verbose {
+                    self.say(&format!("build: {solution} ..."));
+                }
             }
             RunEvent::BuildFinished {
                 solution,
                 outcome,
                 seconds,
-            } if loud => match outcome {
-                BuildEnd::Built => eprintln!("build: {solution} built in {}", fmt_secs(*seconds)),
-                BuildEnd::Cached => eprintln!("build: {solution} from the build cache"),
-                BuildEnd::Failed => eprintln!(
-                    "build: {solution} failed after {} (COMPILE_ERROR; the compiler's output is in its traces)",
-                    fmt_secs(*seconds)
-                ),
-                BuildEnd::LeftToLane => {}
-            },
+            } => {
+                if let Some(p) = &mut self.progress {
+                    p.build(None);
+                }
+                let line = match outcome {
+                    BuildEnd::Built => format!("build: {solution} built in {}", fmt_secs(*seconds)),
+                    BuildEnd::Cached => format!("build: {solution} from the build cache"),
+                    BuildEnd::Failed => format!(
+                        "build: {solution} failed after {} (COMPILE_ERROR; the compiler's output is in its traces)",
+                        fmt_secs(*seconds)
+                    ),
+                    BuildEnd::LeftToLane => String::new(),
+                };
+                if loud && !line.is_empty() {
+                    self.say(&line);
+                }
+            }
+            RunEvent::RunFinished { .. } => {
+                if let Some(p) = &self.progress {
+                    p.finish();
+                }
+            }
             RunEvent::LaneFailed {
                 lane,
                 label,
                 key,
                 solution,
                 error,
-            } => eprintln!(
+            } => self.say(&format!(
                 "error: lane {lane} ({label}) stopped at {key} / {solution}: {error}; the other lanes go on"
-            ),
-            RunEvent::Notice(n) => eprintln!("notice: {n}"),
+            )),
+            RunEvent::Notice(n) => self.say(&format!("notice: {n}")),
             _ => {}
         }
     }
@@ -169,6 +201,7 @@ pub(crate) fn run(a: RunArgs, cancel: &CancelToken) -> Result<i32, Failure> {
         verbosity,
         labels: Vec::new(),
         progress: None,
+        json: a.env.json,
     };
     let resume = if a.rerun {
         corpus::Resume::All

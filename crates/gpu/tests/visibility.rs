@@ -59,5 +59,8 @@ fn a_hidden_gpu_is_never_claimed_even_when_it_is_the_idlest() {
         panic!("claimed a GPU hidden from this process");
     };
     let e = e.to_string();
-    assert!(e.contains("hidden from this process") && e.contains("GPU-a"), "{e}");
+    assert!(
+        e.contains("hidden from this process") && e.contains("GPU-a"),
+        "{e}"
+    );
 }

@@ -172,6 +172,8 @@ pub enum RunEvent {
     CpuEstimate(CpuEstimate),
     /// The session is up and evaluation starts.
     RunStarted {
+        /// Problem/solution pairs to evaluate.
+        pairs: usize,
         /// Workloads to evaluate.
         workloads: usize,
         /// Their CPU estimate in seconds (0 off the CPU).

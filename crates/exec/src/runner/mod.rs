@@ -591,6 +591,7 @@ impl CorpusRunner {
             reduced,
         });
         reporter.report(&RunEvent::RunStarted {
+            pairs: to_run.len(),
             workloads,
             estimated_s,
         });
