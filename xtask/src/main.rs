@@ -10,6 +10,8 @@
 //! - `schemas [--check]`: write (or check) `docs/schemas/*.json` from kg-contract.
 //! - `device-bundle DIR`: release binaries copied into DIR, for carrying to a GPU machine.
 //! - `release ...`: a scored, hash-bound release bundle of a corpus (see `release.rs`).
+//! - `wheel [--release]`: the `kernelgate` Python package (crates/py) built with maturin into
+//!   `target/wheels/`; `test` builds it, installs it into `.venv` and runs its pytest tests.
 //! - `slurm-test`: `kg-bench slurm` against a real single-node Slurm started in a temporary
 //!   directory (see `slurm.rs`); `test` runs it unless `KG_SKIP_SLURM_TEST` says why not.
 //! - `redteam [--device cpu|cuda:N]`: the adversarial corpus against kg-bench (see
@@ -28,7 +30,7 @@ mod redteam;
 mod release;
 mod slurm;
 
-const USAGE: &str = "usage: cargo xtask <setup|test|quickstart|corpus [--device D] [--kg-bench PATH]|schemas [--check]|device-bundle DIR|slurm-test|redteam|release>";
+const USAGE: &str = "usage: cargo xtask <setup|test|quickstart|corpus [--device D] [--kg-bench PATH]|schemas [--check]|device-bundle DIR|wheel [--release]|slurm-test|redteam|release>";
 const REQUIREMENTS: &str = "python/requirements.txt";
 const VENV: &str = ".venv";
 const STAMP: &str = ".venv/.kg-requirements.sha256";
@@ -61,6 +63,12 @@ fn run() -> Result<()> {
         }
         Some("release") => release::release(&root, &args[1..]),
         Some("redteam") => redteam::redteam(&root, &args[1..]),
+        Some("wheel") => {
+            let python = setup(&root)?;
+            let whl = wheel(&root, &python, args.iter().any(|a| a == "--release"))?;
+            eprintln!("wheel: {}", whl.display());
+            Ok(())
+        }
         Some("slurm-test") => {
             let python = setup(&root)?;
             let kg_bench = redteam::default_kg_bench(&root)?;
@@ -110,7 +118,7 @@ fn setup(root: &Path) -> Result<PathBuf> {
     let want = kg_contract::io::sha256_hex(&req_text);
     let python = venv_python(root);
     let stamp = root.join(STAMP);
-    let imports = "import torch, triton, numpy, pytest, safetensors";
+    let imports = "import torch, triton, numpy, pytest, safetensors, maturin";
     if python.is_file() && std::fs::read_to_string(&stamp).is_ok_and(|s| s.trim() == want) {
         let ok = Command::new(&python)
             .args(["-c", imports])
@@ -193,6 +201,23 @@ fn test(root: &Path) -> Result<()> {
             .args(["-m", "pytest", "-q"])
             .arg(&py_tests))?;
     }
+    // The Python package as a user installs it: the wheel built, installed into `.venv`, and
+    // its tests run against it (a small evaluation on the CPU among them).
+    let whl = wheel(root, &python, false)?;
+    step("pip install the kernelgate wheel; pytest crates/py/tests");
+    sh(Command::new(&python)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--force-reinstall",
+            "--no-deps",
+        ])
+        .arg(&whl))?;
+    sh(Command::new(&python)
+        .args(["-m", "pytest", "-q"])
+        .arg(root.join("crates/py/tests")))?;
     // The bundled corpus as a user runs it, on the CPU (about 4 minutes on 2 cores): validated,
     // then every problem's reference and every bundled solution (Triton through its
     // interpreter), each workload's status checked from its trace; then the tail-mask mutants
@@ -235,6 +260,49 @@ fn test(root: &Path) -> Result<()> {
     }
     eprintln!("all checks passed");
     Ok(())
+}
+
+/// Builds the `kernelgate` wheel with maturin (from `.venv`) into `target/wheels/`, replacing
+/// any earlier one; returns its path.
+fn wheel(root: &Path, python: &Path, release: bool) -> Result<PathBuf> {
+    let out = root.join("target/wheels");
+    if out.is_dir() {
+        for e in std::fs::read_dir(&out)?.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with("kernelgate-") && name.ends_with(".whl") {
+                std::fs::remove_file(e.path())?;
+            }
+        }
+    }
+    step(&format!(
+        "maturin build -m crates/py/Cargo.toml{}",
+        if release { " --release" } else { "" }
+    ));
+    let mut cmd = Command::new(python);
+    cmd.args([
+        "-m",
+        "maturin",
+        "build",
+        "-m",
+        "crates/py/Cargo.toml",
+        "--out",
+    ])
+    .arg(&out)
+    .current_dir(root);
+    if release {
+        cmd.arg("--release");
+    }
+    sh(&mut cmd).context("maturin is in python/requirements.txt: run `cargo xtask setup`")?;
+    let whl = std::fs::read_dir(&out)?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("kernelgate-") && n.ends_with(".whl"))
+        })
+        .with_context(|| format!("maturin wrote no kernelgate wheel into `{}`", out.display()))?;
+    Ok(whl)
 }
 
 fn build_release() -> Result<()> {
