@@ -324,12 +324,40 @@ fn quickstart(root: &Path) -> Result<()> {
     // solutions we ship, on the best device available (an idle GPU, else the CPU).
     let result =
         corpus::run_and_check(&bench, &python, Path::new(corpus::CORE), None, "auto", &out);
+    // The report of both runs, with the roofline from kg-solar's analyses (written whatever
+    // the statuses: it is where a failure is easiest to see).
+    let report = out.join("report.html");
+    let reported = quickstart_report(&bench, &python, &out, &report);
     eprintln!();
     eprintln!(
         "results: {}/{{reference,bundled}}/<problem>/<solution>.jsonl and summary.json",
         out.display()
     );
-    result
+    match &reported {
+        Ok(()) => eprintln!("report:  {} (open it in a browser)", report.display()),
+        Err(e) => eprintln!("report:  not written: {e:#}"),
+    }
+    result.and(reported)
+}
+
+/// `solar analyze` of the corpus into `out/sol`, then `report` of both runs into `report`.
+fn quickstart_report(bench: &Path, python: &Path, out: &Path, report: &Path) -> Result<()> {
+    step("kg-bench solar analyze problems/core");
+    sh(Command::new(bench)
+        .args(["solar", "analyze", corpus::CORE, "--json", "--python"])
+        .arg(python)
+        .arg("-o")
+        .arg(out.join("sol"))
+        .stdout(std::process::Stdio::null()))?;
+    step("kg-bench report");
+    sh(Command::new(bench)
+        .arg("report")
+        .arg(out.join("reference"))
+        .arg(out.join("bundled"))
+        .arg("--sol")
+        .arg(out.join("sol"))
+        .arg("-o")
+        .arg(report))
 }
 
 fn schemas(root: &Path, check: bool) -> Result<()> {
