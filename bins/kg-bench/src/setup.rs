@@ -20,6 +20,7 @@ pub(crate) fn acquire_options(env: &EnvArgs) -> AcquireOptions {
     AcquireOptions {
         lock_clocks: env.lock_clocks,
         command: std::env::args().collect(),
+        ..AcquireOptions::default()
     }
 }
 

@@ -469,8 +469,8 @@ fn evaluate(
             request,
             &info,
             &kg_exec::device::AcquireOptions {
-                lock_clocks: false,
                 command: vec!["python: kernelgate.evaluate".into()],
+                ..kg_exec::device::AcquireOptions::default()
             },
         )
         .map_err(|e| e.to_string())?;

@@ -201,13 +201,33 @@ pub struct Acquired {
 }
 
 /// What [`acquire`] should do beyond choosing.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct AcquireOptions {
     /// Lock the SM clock to its maximum for the run; fail closed when that is impossible.
     pub lock_clocks: bool,
     /// The command line the claim is for (recorded in the lock's owner record).
     pub command: Vec<String>,
+    /// How long `auto` keeps asking while every GPU is busy (activity or memory above the idle
+    /// thresholds) before it falls back to the CPU ([`AUTO_BUSY_WAIT`] by default).
+    pub busy_wait: Duration,
 }
+
+impl Default for AcquireOptions {
+    fn default() -> Self {
+        AcquireOptions {
+            lock_clocks: false,
+            command: Vec::new(),
+            busy_wait: AUTO_BUSY_WAIT,
+        }
+    }
+}
+
+/// How long `auto` waits for a busy GPU to settle. A run started right after another GPU job
+/// (the last command of a script) saw that job's activity still in the SMI's sampling window
+/// (peak 34 % on an H100) and fell back to the CPU; a few seconds later the GPU is idle.
+pub const AUTO_BUSY_WAIT: Duration = Duration::from_secs(5);
+/// Pause between two asks while waiting.
+const AUTO_BUSY_RETRY: Duration = Duration::from_secs(1);
 
 /// The picker window `auto` uses: shorter than `kg-gpu pick`'s default (10 x 1 s) so that a
 /// run starts quickly, still long enough to see a busy neighbour.
@@ -247,7 +267,7 @@ pub fn acquire_with(
     probe: &ProbeInfo,
     opts: &AcquireOptions,
     enclosing: Option<GpuClaim>,
-    claimer: impl FnOnce(ClaimRequest) -> Result<Claim, ClaimError>,
+    mut claimer: impl FnMut(ClaimRequest) -> Result<Claim, ClaimError>,
 ) -> Result<Acquired, DeviceError> {
     let plain = |choice: DeviceChoice, notice: Option<String>| Acquired {
         choice,
@@ -314,18 +334,39 @@ pub fn acquire_with(
                 require_clock_lock: opts.lock_clocks,
                 ..ClaimRequest::from_env(opts.command.clone())?
             };
-            match claimer(request) {
+            // Every GPU busy is asked again until `busy_wait`: the activity may be what the
+            // previous job left in the SMI's window. Any other refusal is final at once.
+            let started = std::time::Instant::now();
+            let mut first_busy: Option<String> = None;
+            let claimed = loop {
+                match claimer(request.clone()) {
+                    Err(ClaimError::NoneIdle(why)) if started.elapsed() < opts.busy_wait => {
+                        first_busy.get_or_insert(why);
+                        let left = opts.busy_wait.saturating_sub(started.elapsed());
+                        std::thread::sleep(AUTO_BUSY_RETRY.min(left));
+                    }
+                    other => break other,
+                }
+            };
+            match claimed {
                 Ok(claim) => {
                     let worker_env = claim.child_env();
                     let evidence = claim.evidence().clone();
                     // The workers see only the claimed device, as index 0.
                     let (choice, _) = choose(gpu_request(gpu0), probe)?;
+                    let notice = first_busy.map(|why| {
+                        format!(
+                            "every GPU was busy when the run started ({why}); {} was idle {:.1} s later and is claimed",
+                            evidence.uuid,
+                            started.elapsed().as_secs_f64()
+                        )
+                    });
                     Ok(Acquired {
                         choice,
                         claim: Some(claim),
                         evidence: Some(evidence),
                         worker_env,
-                        notice: None,
+                        notice,
                     })
                 }
                 Err(e) if opts.lock_clocks => Err(DeviceError::Claim(e)),

@@ -47,7 +47,7 @@ fn explicit_gpu_without_one_fails() {
 
 fn fake_claimer(
     lock_dir: std::path::PathBuf,
-) -> impl FnOnce(ClaimRequest) -> Result<Claim, ClaimError> {
+) -> impl FnMut(ClaimRequest) -> Result<Claim, ClaimError> {
     move |mut req: ClaimRequest| {
         let scenario = serde_json::json!({"devices": [{
             "uuid": "GPU-fake-0", "pci_bus_id": "0000:01:00.0", "runtime_index": 0,
@@ -56,7 +56,7 @@ fn fake_claimer(
         }]});
         let backend =
             kg_gpu::fake::FakeBackend::new(serde_json::from_value(scenario).unwrap()).unwrap();
-        req.lock_dir = lock_dir;
+        req.lock_dir = lock_dir.clone();
         req.pick.interval = Duration::ZERO;
         Claim::acquire_with(
             kg_gpu::Discovery::from_backends(vec![Box::new(backend)]),
@@ -102,7 +102,7 @@ fn auto_claims_an_idle_gpu_and_restricts_workers_to_it() {
         &probe(true, 1),
         &AcquireOptions {
             lock_clocks: true,
-            command: vec![],
+            ..AcquireOptions::default()
         },
         None,
         fake_claimer(dir.path().to_path_buf()),
@@ -112,6 +112,62 @@ fn auto_claims_an_idle_gpu_and_restricts_workers_to_it() {
     // Released on drop: the device can be claimed again.
     let d = claim_auto(&dir);
     assert_eq!(d.choice, DeviceChoice::Cuda(0));
+}
+
+/// A GPU still busy with the previous job's activity when `auto` asks is asked again until
+/// it settles, instead of the run falling back to the CPU; one busy throughout is the CPU
+/// after `busy_wait`, and any other refusal is final at once.
+#[test]
+fn auto_waits_for_a_busy_gpu_to_settle_before_falling_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut fake = fake_claimer(dir.path().to_path_buf());
+    let mut asked = 0;
+    let opts = AcquireOptions {
+        busy_wait: Duration::from_secs(30),
+        ..AcquireOptions::default()
+    };
+    let a = acquire_with(DeviceRequest::Auto, &probe(true, 1), &opts, None, |req| {
+        asked += 1;
+        if asked < 3 {
+            return Err(ClaimError::NoneIdle(
+                "GPU-fake-0: peak activity 34.0% > 2.0%".into(),
+            ));
+        }
+        fake(req)
+    })
+    .unwrap();
+    assert_eq!(asked, 3);
+    assert_eq!(a.choice, DeviceChoice::Cuda(0));
+    let n = a.notice.clone().unwrap();
+    assert!(
+        n.contains("peak activity 34.0%") && n.contains("GPU-fake-0"),
+        "{n}"
+    );
+    drop(a);
+    // Busy throughout: the CPU, with the reason, once the wait is over.
+    let quick = AcquireOptions {
+        busy_wait: Duration::from_millis(50),
+        ..AcquireOptions::default()
+    };
+    let mut asked = 0;
+    let b = acquire_with(DeviceRequest::Auto, &probe(true, 1), &quick, None, |_| {
+        asked += 1;
+        Err(ClaimError::NoneIdle(
+            "GPU-fake-0: peak activity 90.0% > 2.0%".into(),
+        ))
+    })
+    .unwrap();
+    assert!(asked >= 2, "asked {asked} time(s)");
+    assert_eq!(b.choice, DeviceChoice::Cpu);
+    assert!(b.notice.unwrap().contains("peak activity 90.0%"));
+    // Not a busy GPU (none at all): no waiting.
+    let mut asked = 0;
+    let c = acquire_with(DeviceRequest::Auto, &probe(true, 1), &opts, None, |_| {
+        asked += 1;
+        Err(ClaimError::NoGpu("nvml: no devices".into()))
+    })
+    .unwrap();
+    assert_eq!((asked, c.choice), (1, DeviceChoice::Cpu));
 }
 
 #[test]
@@ -125,7 +181,7 @@ fn lock_clocks_without_a_claim_fails_closed() {
             &probe(true, 1),
             &AcquireOptions {
                 lock_clocks: true,
-                command: vec![],
+                ..AcquireOptions::default()
             },
             None,
             never,
@@ -137,7 +193,7 @@ fn lock_clocks_without_a_claim_fails_closed() {
         &probe(false, 0),
         &AcquireOptions {
             lock_clocks: true,
-            command: vec![],
+            ..AcquireOptions::default()
         },
         None,
         never,
@@ -177,7 +233,7 @@ fn an_enclosing_claim_is_borrowed_not_retaken() {
         &probe(true, 1),
         &AcquireOptions {
             lock_clocks: true,
-            command: vec![],
+            ..AcquireOptions::default()
         },
         Some(ev),
         |_| Err(ClaimError::NoGpu("x".into())),
