@@ -14,6 +14,79 @@ pub(crate) struct RunReporter {
 }
 
 impl RunReporter {
+    /// Events of evaluation under way (the progress bar, builds); whether `event` was one.
+    fn progress_event(&mut self, event: &RunEvent) -> bool {
+        let loud = self.verbosity != Verbosity::Quiet;
+        match event {
+            RunEvent::RunStarted {
+                pairs,
+                workloads,
+                estimated_s,
+            } => {
+                let mut p = Progress::new(self.verbosity, *workloads, *estimated_s, !self.json);
+                p.labels.clone_from(&self.labels);
+                p.pairs = *pairs;
+                self.progress = Some(p);
+            }
+            RunEvent::PairStarted {
+                lane,
+                key,
+                solution,
+                estimates,
+            } => {
+                if let Some(p) = &mut self.progress {
+                    p.pair(*lane, key, solution, estimates.clone());
+                }
+            }
+            RunEvent::WorkloadStarted { lane, uuid, .. } => {
+                if let Some(p) = &mut self.progress {
+                    p.started(*lane, uuid);
+                }
+            }
+            RunEvent::WorkloadFinished { lane, trace } => {
+                if let Some(p) = &mut self.progress {
+                    p.finished(*lane, trace);
+                }
+            }
+            RunEvent::BuildStarted { solution } => {
+                if let Some(p) = &mut self.progress {
+                    p.build(Some(solution));
+                }
+                if self.verbosity == Verbosity::Verbose {
+                    self.say(&format!("build: {solution} ..."));
+                }
+            }
+            RunEvent::BuildFinished {
+                solution,
+                outcome,
+                seconds,
+            } => {
+                if let Some(p) = &mut self.progress {
+                    p.build(None);
+                }
+                let line = match outcome {
+                    BuildEnd::Built => format!("build: {solution} built in {}", fmt_secs(*seconds)),
+                    BuildEnd::Cached => format!("build: {solution} from the build cache"),
+                    BuildEnd::Failed => format!(
+                        "build: {solution} failed after {} (COMPILE_ERROR; the compiler's output is in its traces)",
+                        fmt_secs(*seconds)
+                    ),
+                    BuildEnd::LeftToLane => String::new(),
+                };
+                if loud && !line.is_empty() {
+                    self.say(&line);
+                }
+            }
+            RunEvent::RunFinished { .. } => {
+                if let Some(p) = &self.progress {
+                    p.finish();
+                }
+            }
+            _ => return false,
+        }
+        true
+    }
+
     /// A line on stderr, above the progress bar while there is one.
     fn say(&self, line: &str) {
         match &self.progress {
@@ -25,6 +98,9 @@ impl RunReporter {
 
 impl Reporter for RunReporter {
     fn report(&mut self, event: &RunEvent) {
+        if self.progress_event(event) {
+            return;
+        }
         let loud = self.verbosity != Verbosity::Quiet;
         match event {
             RunEvent::ProblemFailed { key, error } => eprintln!("error: {key}: {error}"),
@@ -103,70 +179,6 @@ impl Reporter for RunReporter {
                     eprintln!("lanes: {}", named.join("; "));
                 }
                 self.labels.clone_from(labels);
-            }
-            RunEvent::RunStarted {
-                pairs,
-                workloads,
-                estimated_s,
-            } => {
-                let mut p = Progress::new(self.verbosity, *workloads, *estimated_s, !self.json);
-                p.labels.clone_from(&self.labels);
-                p.pairs = *pairs;
-                self.progress = Some(p);
-            }
-            RunEvent::PairStarted {
-                lane,
-                key,
-                solution,
-                estimates,
-            } => {
-                if let Some(p) = &mut self.progress {
-                    p.pair(*lane, key, solution, estimates.clone());
-                }
-            }
-            RunEvent::WorkloadStarted { lane, uuid, .. } => {
-                if let Some(p) = &mut self.progress {
-                    p.started(*lane, uuid);
-                }
-            }
-            RunEvent::WorkloadFinished { lane, trace } => {
-                if let Some(p) = &mut self.progress {
-                    p.finished(*lane, trace);
-                }
-            }
-            RunEvent::BuildStarted { solution } => {
-                if let Some(p) = &mut self.progress {
-                    p.build(Some(solution));
-                }
-                if self.verbosity == Verbosity::Verbose {
-                    self.say(&format!("build: {solution} ..."));
-                }
-            }
-            RunEvent::BuildFinished {
-                solution,
-                outcome,
-                seconds,
-            } => {
-                if let Some(p) = &mut self.progress {
-                    p.build(None);
-                }
-                let line = match outcome {
-                    BuildEnd::Built => format!("build: {solution} built in {}", fmt_secs(*seconds)),
-                    BuildEnd::Cached => format!("build: {solution} from the build cache"),
-                    BuildEnd::Failed => format!(
-                        "build: {solution} failed after {} (COMPILE_ERROR; the compiler's output is in its traces)",
-                        fmt_secs(*seconds)
-                    ),
-                    BuildEnd::LeftToLane => String::new(),
-                };
-                if loud && !line.is_empty() {
-                    self.say(&line);
-                }
-            }
-            RunEvent::RunFinished { .. } => {
-                if let Some(p) = &self.progress {
-                    p.finish();
-                }
             }
             RunEvent::LaneFailed {
                 lane,
