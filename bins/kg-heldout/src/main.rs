@@ -374,7 +374,7 @@ fn print_generate_line(e: &GenerateEntry, backend: Backend) {
 
 fn run_eval(a: EvalArgs) -> Result<i32, Failure> {
     let cwd = std::env::current_dir().map_err(usage)?;
-    let python = kg_exec::find_python_env(a.python.as_deref(), &cwd).map_err(usage)?;
+    let python = kg_python::find_python_env(a.python.as_deref(), &cwd).map_err(usage)?;
     let outcome = eval::evaluate(&eval::EvalOptions {
         run_dir: a.run_dir,
         heldout_dir: a.heldout_dir,

@@ -1,5 +1,5 @@
 //! `kg-heldout eval` on fixtures of its own that need neither a GPU nor Python: each task's
-//! commands run through a fake interpreter (a bash script) that also answers kg-exec's device
+//! commands run through a fake interpreter (a bash script) that also answers kg-python's device
 //! probe, so a test decides whether a device is "there", and what each side's command does:
 //! fail the way a missing driver does, crash on a signal, print no timing, and so on.
 
@@ -46,7 +46,7 @@ impl Fixture {
         if !device {
             std::fs::write(f.state.join("device_lost"), "").unwrap();
         }
-        // kg-exec's probe runs `python -I -B probe.py`; task commands run
+        // kg-python's probe runs `python -I -B probe.py`; task commands run
         // `python scripts/task_runner.py PHASE` in `<ws>/orig` or `<ws>/opt`, which the fake
         // hands to the task's own `scripts/fake.sh SIDE PHASE`.
         let script = format!(

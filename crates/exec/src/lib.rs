@@ -64,7 +64,8 @@ pub mod l2;
 pub mod lanes;
 pub mod process;
 pub mod protocol;
-pub mod python;
+/// Interpreter discovery and probe ([`kg_python`]).
+pub use kg_python as python;
 pub mod runner;
 pub mod runtime;
 pub mod sandbox;

@@ -13,7 +13,7 @@ pub const JUDGE: &str = include_str!("../py/judge.py");
 /// The untrusted candidate worker.
 pub const CANDIDATE: &str = include_str!("../py/candidate.py");
 /// The interpreter probe.
-pub const PROBE: &str = include_str!("../py/probe.py");
+pub const PROBE: &str = kg_python::PROBE;
 
 /// Writes every worker script into `dir`, which must not exist yet: each worker gets scripts
 /// written for it, so no worker imports what another process (a candidate that ran before it,

@@ -11,8 +11,6 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::Duration;
 
 use kg_contract::GpuClaim;
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
@@ -114,12 +112,12 @@ pub fn run_claimed(
                 let pgid = child_pgid.load(Ordering::SeqCst);
                 if pgid > 0 {
                     let s = if count > 1 {
-                        Signal::SIGKILL
+                        kg_proc::Signal::KILL
                     } else {
-                        Signal::try_from(sig).unwrap_or(Signal::SIGTERM)
+                        kg_proc::Signal::from_named_raw(sig).unwrap_or(kg_proc::Signal::TERM)
                     };
-                    tracing::info!(signal = sig, "forwarding {s} to the claimed command");
-                    let _ = killpg(Pid::from_raw(pgid), s);
+                    tracing::info!(signal = sig, "forwarding {s:?} to the claimed command");
+                    kg_proc::signal_group(pgid.unsigned_abs(), s);
                     if count == 1 {
                         let done = done.clone();
                         std::thread::spawn(move || {
@@ -128,7 +126,7 @@ pub fn run_claimed(
                                 tracing::warn!(
                                     "command still running after the grace period; killing its group"
                                 );
-                                let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+                                kg_proc::signal_group(pgid.unsigned_abs(), kg_proc::Signal::KILL);
                             }
                         });
                     }
@@ -152,9 +150,9 @@ pub fn run_claimed(
             // A signal that arrived before the child existed is forwarded now.
             let early = pending.load(Ordering::SeqCst);
             if early != 0 && pid > 0 {
-                let _ = killpg(
-                    Pid::from_raw(pid),
-                    Signal::try_from(early).unwrap_or(Signal::SIGTERM),
+                kg_proc::signal_group(
+                    pid.unsigned_abs(),
+                    kg_proc::Signal::from_named_raw(early).unwrap_or(kg_proc::Signal::TERM),
                 );
             }
             let r = child.wait();

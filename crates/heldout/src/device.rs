@@ -5,7 +5,7 @@
 //! (`accelerator_available`, `device_count`), so evaluation refuses before it runs anything,
 //! and asks again after a task with a failing side, never reading a command's output for it.
 
-use kg_exec::python::{Interpreter, PythonError};
+use kg_python::{Interpreter, PythonError};
 
 use crate::summary::{DeviceInfo, DeviceMode};
 
@@ -28,7 +28,7 @@ pub enum DeviceProblem {
 
 /// Probes `python`: the device its torch sees, or why none is usable.
 pub fn probe(python: &Interpreter) -> Result<DeviceInfo, DeviceProblem> {
-    let info = kg_exec::python::probe(python)?;
+    let info = kg_python::probe(python)?;
     if !info.accelerator_available || info.device_count == 0 {
         return Err(DeviceProblem::NoDevice {
             torch: info.torch,

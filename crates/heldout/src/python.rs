@@ -1,5 +1,5 @@
 //! Running task commands through the chosen interpreter. The interpreter itself is resolved by
-//! `kg_exec::python` (`--python`, else `PYTHON_BIN`, else `.venv/bin/python`, else `python3`).
+//! `kg_python` (`--python`, else `PYTHON_BIN`, else `.venv/bin/python`, else `python3`).
 
 use std::path::Path;
 

@@ -9,8 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -93,7 +92,6 @@ fn signal_text(n: i32) -> String {
 }
 
 const CAP: usize = 8 * 1024 * 1024;
-const GRACE: Duration = Duration::from_secs(3);
 
 fn drain(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
     std::thread::spawn(move || {
@@ -111,10 +109,6 @@ fn drain(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> 
         }
         out
     })
-}
-
-fn group_alive(pgid: Pid) -> bool {
-    killpg(pgid, None).is_ok()
 }
 
 /// Runs a command to completion or timeout.
@@ -151,7 +145,7 @@ pub fn run(spec: &CommandSpec) -> CommandOutcome {
             return out;
         }
     };
-    let pgid = Pid::from_raw(child.id() as i32);
+    let pgid = child.id();
     let out_h = child.stdout.take().map(drain);
     let err_h = child.stderr.take().map(drain);
     let mut timed_out = false;
@@ -167,28 +161,20 @@ pub fn run(spec: &CommandSpec) -> CommandOutcome {
         }
         if start.elapsed() >= spec.timeout {
             timed_out = true;
-            let _ = killpg(pgid, Signal::SIGTERM);
-            let deadline = Instant::now() + GRACE;
-            while Instant::now() < deadline {
-                if let Ok(Some(s)) = child.try_wait() {
-                    status = Some(s);
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            if status.is_none() {
-                let _ = killpg(pgid, Signal::SIGKILL);
-                status = child.wait().ok();
-            }
+            // SIGTERM to its group, a grace period, then SIGKILL; the leader is reaped.
+            kg_proc::end_child_group(&mut child, None);
+            status = child.try_wait().ok().flatten();
             break;
         }
         std::thread::sleep(Duration::from_millis(10));
     }
     // Anything left in the group outlived the command: report it and kill it, so that its
     // pipes close and GPU memory is freed.
-    let leaked_children = group_alive(pgid);
+    let leaked_children = i32::try_from(pgid)
+        .map(|g| !kg_proc::group_members(g).is_empty())
+        .unwrap_or(false);
     if leaked_children {
-        let _ = killpg(pgid, Signal::SIGKILL);
+        kg_proc::signal_group(pgid, kg_proc::Signal::KILL);
     }
     let stdout = out_h.and_then(|h| h.join().ok()).unwrap_or_default();
     let stderr = err_h.and_then(|h| h.join().ok()).unwrap_or_default();

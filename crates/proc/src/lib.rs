@@ -19,8 +19,8 @@ pub mod table;
 pub use cancel::CancelToken;
 pub use capture::{Bounded, LOG_LIMIT, drain, tail};
 pub use group::{
-    CommandOutput, GRACE, become_child_subreaper, describe_exit, end_child_group, end_group,
-    output_with_timeout, signal_group, sweep_descendants,
+    CommandOutput, GRACE, Signal, become_child_subreaper, describe_exit, end_child_group,
+    end_group, output_with_timeout, signal_group, sweep_descendants,
 };
 pub use table::{
     ProcEntry, descendants_in, group_members, proc_entry, proc_table, start_ticks, with_env,

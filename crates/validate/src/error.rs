@@ -35,7 +35,7 @@ pub enum ValidateError {
     },
     /// No Python interpreter could be found (the message lists every source checked).
     #[error(transparent)]
-    NoPython(#[from] kg_exec::python::PythonError),
+    NoPython(#[from] kg_python::PythonError),
     /// A `--grid` cell does not give exactly one value per `--shape-argnames` name.
     #[error("invalid --grid: {0}")]
     GridCell(Box<GridCellError>),

@@ -413,7 +413,7 @@ impl Options {
     }
 }
 
-/// Resolves the interpreter through [`kg_exec::python`]: `--python`, `PYTHON_BIN`,
+/// Resolves the interpreter through [`kg_python`]: `--python`, `PYTHON_BIN`,
 /// `.venv/bin/python` in the repository (or an ancestor), then in the current directory (or an
 /// ancestor), then `python3` on `PATH`.
 pub fn resolve_python(
@@ -421,12 +421,12 @@ pub fn resolve_python(
     python_bin: Option<&Path>,
     repo: &Path,
 ) -> Result<PathBuf, ValidateError> {
-    let request = kg_exec::PythonRequest::from_flag(explicit);
+    let request = kg_python::PythonRequest::from_flag(explicit);
     let env_value = python_bin.map(|p| p.to_string_lossy());
     let cwd = std::env::current_dir().ok();
     let mut roots = vec![repo];
     roots.extend(cwd.as_deref());
-    Ok(kg_exec::find_python_in(&request, &roots, env_value.as_deref())?.path)
+    Ok(kg_python::find_python_in(&request, &roots, env_value.as_deref())?.path)
 }
 
 #[cfg(test)]

@@ -151,7 +151,7 @@ pub fn probe(
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     let _ = std::fs::remove_file(&out);
-    let res = kg_exec_like_output(cmd)?;
+    let res = probe_output(cmd)?;
     let text = std::fs::read_to_string(&out).map_err(|_| ValidateError::Usage {
         what: "interpreter".into(),
         message: format!(
@@ -228,25 +228,20 @@ pub fn probe(
     })
 }
 
-fn kg_exec_like_output(mut cmd: std::process::Command) -> Result<(String, String), ValidateError> {
-    let out = cmd
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| ValidateError::Usage {
+/// Runs the runtime probe (in its own process group, ended after [`PROBE_TIMEOUT`]): how it
+/// ended, and the tail of its stderr.
+fn probe_output(cmd: std::process::Command) -> Result<(String, String), ValidateError> {
+    let out =
+        kg_proc::output_with_timeout(cmd, PROBE_TIMEOUT).map_err(|e| ValidateError::Usage {
             what: "interpreter".into(),
             message: format!("failed to start the runtime probe: {e}"),
         })?;
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let tail: String = stderr
-        .chars()
-        .rev()
-        .take(2000)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .collect();
-    Ok((format!("{}", out.status), tail))
+    Ok((out.status_text, kg_proc::tail(&stderr, 2000).to_string()))
 }
+
+/// How long the runtime probe (imports of the module under review) may take.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
 
 #[cfg(test)]
 mod tests {

@@ -15,7 +15,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kg_exec::python::Interpreter;
+use kg_python::Interpreter;
 use serde::{Deserialize, Serialize};
 
 use crate::error::HeldoutError;

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::scripts;
+/// The interpreter probe script ([`probe`] runs it; kg-exec installs it beside its workers).
+pub const PROBE: &str = include_str!("../py/probe.py");
 
 /// Environment variable naming the interpreter when `--python` is not given.
 pub const PYTHON_BIN_ENV: &str = "PYTHON_BIN";
@@ -347,7 +348,7 @@ pub fn sandbox_paths(python: &Path) -> Result<InterpreterPaths, PythonError> {
         path: python.to_path_buf(),
         message,
     };
-    let out = crate::process::output_with_timeout(cmd, Duration::from_secs(60))
+    let out = kg_proc::output_with_timeout(cmd, Duration::from_secs(60))
         .map_err(|e| err(format!("failed to start it: {e}")))?;
     let text = String::from_utf8_lossy(&out.stdout);
     let reply: PathsReply = text
@@ -357,7 +358,7 @@ pub fn sandbox_paths(python: &Path) -> Result<InterpreterPaths, PythonError> {
         .ok_or_else(|| {
             err(format!(
                 "no path list in its reply; stderr: {}",
-                crate::process::tail(&String::from_utf8_lossy(&out.stderr), 2000)
+                kg_proc::tail(&String::from_utf8_lossy(&out.stderr), 2000)
             ))
         })?;
     let mut read: Vec<PathBuf> = Vec::new();
@@ -494,20 +495,19 @@ pub fn probe(interp: &Interpreter) -> Result<ProbeInfo, PythonError> {
             message: format!("failed to create a temp dir: {e}"),
         })?;
     let script = dir.path().join("probe.py");
-    std::fs::write(&script, scripts::PROBE).map_err(|e| PythonError::Probe {
+    std::fs::write(&script, PROBE).map_err(|e| PythonError::Probe {
         path: interp.path.clone(),
         message: format!("failed to write `{}`: {e}", script.display()),
     })?;
     let mut cmd = Command::new(&interp.path);
     cmd.arg("-I").arg("-B").arg(&script);
-    let out =
-        crate::process::output_with_timeout(cmd, Duration::from_secs(120)).map_err(|error| {
-            PythonError::Spawn {
-                path: interp.path.clone(),
-                source_kind: interp.source.clone(),
-                error,
-            }
-        })?;
+    let out = kg_proc::output_with_timeout(cmd, Duration::from_secs(120)).map_err(|error| {
+        PythonError::Spawn {
+            path: interp.path.clone(),
+            source_kind: interp.source.clone(),
+            error,
+        }
+    })?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let line = stdout
@@ -520,7 +520,7 @@ pub fn probe(interp: &Interpreter) -> Result<ProbeInfo, PythonError> {
             message: format!(
                 "{}; no JSON reply; stderr: {}",
                 out.status_text,
-                crate::process::tail(&stderr, 2000)
+                kg_proc::tail(&stderr, 2000)
             ),
         });
     };
