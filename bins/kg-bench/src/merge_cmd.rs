@@ -38,6 +38,31 @@ pub struct MergeArgs {
     json: bool,
 }
 
+/// Merges `dirs` into `out`: findings printed on stderr and exit 1 when the evidence does not
+/// verify, exit 2 for any other refusal.
+pub(crate) fn merge_shards(
+    out: &std::path::Path,
+    dirs: &[PathBuf],
+    opts: &MergeOptions,
+) -> Result<kg_exec::shard::MergeOutcome, Failure> {
+    match kg_exec::shard::merge(out, dirs, opts) {
+        Ok(o) => Ok(o),
+        Err(MergeError::Unverified { findings }) => {
+            for f in &findings {
+                eprintln!("FAILED  {f}");
+            }
+            Err(Failure {
+                code: exit::FAILED,
+                error: anyhow!(
+                    "the shards' evidence does not verify ({} finding(s) above); nothing was written",
+                    findings.len()
+                ),
+            })
+        }
+        Err(e) => Err(usage(e)),
+    }
+}
+
 /// Runs `merge`.
 pub(crate) fn merge(a: MergeArgs) -> Result<i32, Failure> {
     let mut opts = MergeOptions {
@@ -50,22 +75,7 @@ pub(crate) fn merge(a: MergeArgs) -> Result<i32, Failure> {
     if let Some(p) = &a.sign_key {
         opts.signer = Some(chain::load_signing_key(p).map_err(usage)?);
     }
-    let outcome = match kg_exec::shard::merge(&a.out, &a.shards, &opts) {
-        Ok(o) => o,
-        Err(MergeError::Unverified { findings }) => {
-            for f in &findings {
-                eprintln!("FAILED  {f}");
-            }
-            return Err(Failure {
-                code: exit::FAILED,
-                error: anyhow!(
-                    "the shards' evidence does not verify ({} finding(s) above); nothing was written",
-                    findings.len()
-                ),
-            });
-        }
-        Err(e) => return Err(usage(e)),
-    };
+    let outcome = merge_shards(&a.out, &a.shards, &opts)?;
     let s = &outcome.summary;
     if a.json {
         println!("{}", serde_json::to_string_pretty(s).map_err(usage)?);

@@ -10,7 +10,7 @@ use clap::Args;
 use kg_cluster::{ArraySpec, ClusterError, JobState, STATE_FORMAT, Slurm, SubmittedJob, TaskState};
 use kg_contract::{chain, exit};
 use kg_exec::CancelToken;
-use kg_exec::shard::{MergeError, MergeOptions};
+use kg_exec::shard::MergeOptions;
 
 use crate::{Failure, usage};
 
@@ -317,19 +317,7 @@ fn finish(
         ..MergeOptions::default()
     };
     let dirs: Vec<PathBuf> = (1..=spec.shards).map(|k| spec.shard_dir(k)).collect();
-    let outcome = match kg_exec::shard::merge(&spec.out, &dirs, &opts) {
-        Ok(o) => o,
-        Err(MergeError::Unverified { findings }) => {
-            for f in &findings {
-                eprintln!("FAILED  {f}");
-            }
-            return Err(Failure {
-                code: exit::FAILED,
-                error: anyhow!("the shards' evidence does not verify; nothing was merged"),
-            });
-        }
-        Err(e) => return Err(usage(e)),
-    };
+    let outcome = crate::merge_cmd::merge_shards(&spec.out, &dirs, &opts)?;
     let s = &outcome.summary;
     if a.json {
         println!("{}", serde_json::to_string_pretty(s).map_err(usage)?);
