@@ -153,7 +153,7 @@ pub fn verify(a: VerifyArgs) -> anyhow::Result<i32> {
 }
 
 /// `FILE:LINE: message` (or `FILE: message`).
-fn location(f: &FileReport, x: &chain::Finding) -> String {
+fn location(f: &FileReport, x: &chain::ChainFinding) -> String {
     match x.line {
         Some(l) => format!("{}:{l}: {}", f.path.display(), x.message),
         None => format!("{}: {}", f.path.display(), x.message),

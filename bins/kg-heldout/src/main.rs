@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use kg_contract::exit;
-use kg_heldout::generate::{self, Backend};
+use kg_heldout::generate::{self, GeneratorKind};
 use kg_heldout::summary::DeviceMode;
 use kg_heldout::{HeldoutError, agent, eval, speedup, task};
 use serde::Serialize;
@@ -230,10 +230,10 @@ fn entry(task: &str, status: GenerateStatus) -> GenerateEntry {
 
 fn run_generate(a: GenerateArgs) -> Result<i32, Failure> {
     let backend = match a.backend {
-        BackendArg::Rules => Backend::Rules,
-        BackendArg::ClaudeCode => Backend::ClaudeCode,
-        BackendArg::Codex => Backend::Codex,
-        BackendArg::Cursor => Backend::Cursor,
+        BackendArg::Rules => GeneratorKind::Rules,
+        BackendArg::ClaudeCode => GeneratorKind::ClaudeCode,
+        BackendArg::Codex => GeneratorKind::Codex,
+        BackendArg::Cursor => GeneratorKind::Cursor,
     };
     if !a.tasks_dir.is_dir() {
         return Err(usage(anyhow::anyhow!(
@@ -273,7 +273,7 @@ fn run_generate(a: GenerateArgs) -> Result<i32, Failure> {
             }
         };
         if a.dry_run {
-            if backend == Backend::Rules {
+            if backend == GeneratorKind::Rules {
                 match generate::plan_rules(t, a.seed) {
                     Ok(plan) => entries.push(GenerateEntry {
                         target: Some(scope.target()),
@@ -295,7 +295,7 @@ fn run_generate(a: GenerateArgs) -> Result<i32, Failure> {
             }
             continue;
         }
-        let outcome = if backend == Backend::Rules {
+        let outcome = if backend == GeneratorKind::Rules {
             generate::plan_rules(t, a.seed).and_then(|p| generate::write_plan(&a.output_dir, &p))
         } else {
             agent::run_agent(
@@ -343,7 +343,7 @@ fn run_generate(a: GenerateArgs) -> Result<i32, Failure> {
     Ok(if failed > 0 { exit::FAILED } else { exit::OK })
 }
 
-fn print_generate_line(e: &GenerateEntry, backend: Backend) {
+fn print_generate_line(e: &GenerateEntry, backend: GeneratorKind) {
     let reason = e.reason.as_deref().unwrap_or("");
     let target = e.target.unwrap_or("");
     match e.status {

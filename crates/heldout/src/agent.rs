@@ -6,19 +6,19 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::error::{HeldoutError, io_err};
-use crate::generate::{Backend, NUM_HELDOUT_SHAPES};
+use crate::generate::{GeneratorKind, NUM_HELDOUT_SHAPES};
 use crate::python::shell_quote;
 use crate::runner::{self, CommandSpec};
 use crate::shapes_file::HeldOutShapes;
 use crate::task::{DiscoveredTask, Scope};
 
 /// The CLI program a backend needs.
-pub fn program(backend: Backend) -> Option<&'static str> {
+pub fn program(backend: GeneratorKind) -> Option<&'static str> {
     match backend {
-        Backend::Rules => None,
-        Backend::ClaudeCode => Some("claude"),
-        Backend::Codex => Some("codex"),
-        Backend::Cursor => Some("cursor-agent"),
+        GeneratorKind::Rules => None,
+        GeneratorKind::ClaudeCode => Some("claude"),
+        GeneratorKind::Codex => Some("codex"),
+        GeneratorKind::Cursor => Some("cursor-agent"),
     }
 }
 
@@ -58,7 +58,7 @@ pub fn prompt(task: &DiscoveredTask, scope: Scope, output: &Path) -> String {
 pub fn run_agent(
     task: &DiscoveredTask,
     scope: Scope,
-    backend: Backend,
+    backend: GeneratorKind,
     model: Option<&str>,
     timeout: Duration,
     output_dir: &Path,
@@ -88,20 +88,20 @@ pub fn run_agent(
         .map(|m| format!(" --model {}", shell_quote(m)))
         .unwrap_or_default();
     let command = match backend {
-        Backend::ClaudeCode => format!(
+        GeneratorKind::ClaudeCode => format!(
             "{exe_q} --print --verbose --output-format stream-json --permission-mode bypassPermissions{model_arg} {}",
             shell_quote(&p)
         ),
-        Backend::Codex => format!(
+        GeneratorKind::Codex => format!(
             "{exe_q} exec --json --skip-git-repo-check --cd {}{model_arg} {}",
             shell_quote(&work.to_string_lossy()),
             shell_quote(&p)
         ),
-        Backend::Cursor => format!(
+        GeneratorKind::Cursor => format!(
             "{exe_q} --force --print --output-format stream-json{model_arg} {}",
             shell_quote(&p)
         ),
-        Backend::Rules => unreachable_rules(),
+        GeneratorKind::Rules => unreachable_rules(),
     };
     let log_path = out_parent.join("agent_log.txt");
     let out = runner::run(&CommandSpec {

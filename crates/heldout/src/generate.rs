@@ -16,7 +16,7 @@ pub const NUM_HELDOUT_SHAPES: usize = 8;
 
 /// Which generator to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
+pub enum GeneratorKind {
     /// Deterministic rules (default).
     Rules,
     /// `claude` CLI.
@@ -27,14 +27,14 @@ pub enum Backend {
     Cursor,
 }
 
-impl Backend {
+impl GeneratorKind {
     /// The name used on the command line and in files.
     pub fn name(&self) -> &'static str {
         match self {
-            Backend::Rules => "rules",
-            Backend::ClaudeCode => "claude_code",
-            Backend::Codex => "codex",
-            Backend::Cursor => "cursor",
+            GeneratorKind::Rules => "rules",
+            GeneratorKind::ClaudeCode => "claude_code",
+            GeneratorKind::Codex => "codex",
+            GeneratorKind::Cursor => "cursor",
         }
     }
 }
@@ -43,7 +43,7 @@ impl Backend {
 #[derive(Debug, Clone)]
 pub struct GenerateOptions {
     /// The backend.
-    pub backend: Backend,
+    pub backend: GeneratorKind,
     /// The agent's model (agent backends only).
     pub model: Option<String>,
     /// Per-task agent timeout.

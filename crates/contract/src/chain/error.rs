@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::verify::Finding;
+use super::verify::ChainFinding;
 use crate::error::ContractError;
 
 /// Failures of writing a chain or reading keys.
@@ -40,7 +40,7 @@ pub enum ChainError {
         /// The trace file.
         path: PathBuf,
         /// Its first finding.
-        first: Finding,
+        first: ChainFinding,
     },
     /// A key file is malformed or too open.
     #[error("failed to use key `{}`: {message}", path.display())]

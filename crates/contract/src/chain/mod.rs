@@ -66,7 +66,9 @@ pub use keys::{
     public_key_path,
 };
 pub use run::{RunReport, verify_run};
-pub use verify::{ExpectedProblem, FileReport, Finding, VerifyOptions, verify_bytes, verify_file};
+pub use verify::{
+    ChainFinding, ExpectedProblem, FileReport, VerifyOptions, verify_bytes, verify_file,
+};
 pub use write::{WriteMode, Written, file_head, lock_path, write_traces};
 
 use std::time::Duration;

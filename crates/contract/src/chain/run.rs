@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::error::ChainError;
 use super::keys::{TraceSigner, check_seal};
-use super::verify::{FileReport, Finding, VerifyOptions, verify_bytes};
+use super::verify::{ChainFinding, FileReport, VerifyOptions, verify_bytes};
 use super::write::file_head;
 use super::{RUN_CHAIN_FORMAT, RUN_SEAL_DOMAIN, RunChain};
 use crate::error::ContractError;
@@ -68,7 +68,7 @@ pub struct RunReport {
     /// The summary file.
     pub summary: PathBuf,
     /// What is wrong with the summary's own record.
-    pub findings: Vec<Finding>,
+    pub findings: Vec<ChainFinding>,
     /// Each listed trace file, checked against its recorded head.
     pub files: Vec<FileReport>,
 }
@@ -90,7 +90,7 @@ pub fn verify_run(summary: &Path, opts: &VerifyOptions) -> Result<RunReport, Cha
         findings: Vec::new(),
         files: Vec::new(),
     };
-    let find = |message: String| Finding {
+    let find = |message: String| ChainFinding {
         line: None,
         message,
     };

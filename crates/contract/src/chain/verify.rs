@@ -61,7 +61,7 @@ pub struct VerifyOptions {
 
 /// One thing wrong with a trace file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Finding {
+pub struct ChainFinding {
     /// 1-based line, where one line is at fault.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub line: Option<usize>,
@@ -69,7 +69,7 @@ pub struct Finding {
     pub message: String,
 }
 
-impl std::fmt::Display for Finding {
+impl std::fmt::Display for ChainFinding {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.line {
             Some(l) => write!(f, "line {l}: {}", self.message),
@@ -92,7 +92,7 @@ pub struct FileReport {
     /// Distinct signer keys seen (hex).
     pub signers: Vec<String>,
     /// Everything wrong, in file order (empty: verified).
-    pub findings: Vec<Finding>,
+    pub findings: Vec<ChainFinding>,
 }
 
 impl FileReport {
@@ -110,7 +110,7 @@ pub fn verify_file(path: &Path, opts: &VerifyOptions) -> Result<FileReport, Chai
 }
 
 fn push(r: &mut FileReport, line: Option<usize>, message: String) {
-    r.findings.push(Finding { line, message });
+    r.findings.push(ChainFinding { line, message });
 }
 
 /// A batch whose first lines were read and whose others must follow.
@@ -488,7 +488,7 @@ fn finish(mut report: FileReport, opts: &VerifyOptions) -> FileReport {
         let got = report.head.as_ref();
         if got != Some(want) {
             let (lines, sha) = got.map_or((0, "none"), |h| (h.lines, h.sha256.as_str()));
-            report.findings.push(Finding {
+            report.findings.push(ChainFinding {
                 line: None,
                 message: format!(
                     "ends at line {lines} (SHA-256 {sha}), but its recorded head is line {} (SHA-256 {}): lines were cut from or added to the end",
@@ -500,7 +500,7 @@ fn finish(mut report: FileReport, opts: &VerifyOptions) -> FileReport {
     if report.findings.len() > MAX_FINDINGS {
         let more = report.findings.len() - MAX_FINDINGS;
         report.findings.truncate(MAX_FINDINGS);
-        report.findings.push(Finding {
+        report.findings.push(ChainFinding {
             line: None,
             message: format!("... and {more} more finding(s)"),
         });
