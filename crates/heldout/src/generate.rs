@@ -7,7 +7,7 @@ use indexmap::IndexMap;
 use kg_inject::{Parametrize, PySource, PyValue};
 
 use crate::error::{HeldoutError, io_err};
-use crate::rules::{self, GeneratedRow, ShapeProblem};
+use crate::shape_rules::{self, GeneratedRow, ShapeProblem};
 use crate::shapes_file::{Generator, HeldOutShapes, Injection, ShapeEntry, inject_text};
 use crate::task::{DiscoveredTask, Scope, TaskConfig};
 
@@ -179,7 +179,7 @@ fn plan_vllm(
         &src,
         list.stmt,
         list.value,
-        &rules::render_list(&generated, &indent),
+        &shape_rules::render_list(&generated, &indent),
     );
     let code = kg_inject::reindent(&code, "");
     Ok(Planned {
@@ -281,7 +281,7 @@ fn plan_parametrize(
         init_values: vec![],
         seed,
     };
-    let generated = match rules::generate(&problem) {
+    let generated = match shape_rules::generate(&problem) {
         Ok(g) => g,
         Err(why) => {
             tracing::warn!(
@@ -301,7 +301,7 @@ fn plan_parametrize(
         src,
         p.decorator,
         p.argvalues,
-        &rules::render_list(&generated, &indent),
+        &shape_rules::render_list(&generated, &indent),
     );
     planned.shapes.extend(entries(
         &generated,
@@ -372,7 +372,7 @@ fn plan_gpumode(
         &src,
         g.def,
         configs.value,
-        &rules::render_list(&generated, &indent),
+        &shape_rules::render_list(&generated, &indent),
     );
     let code = format!("{}\n", code.trim_end());
     let rel = |p: &Path| {
@@ -423,7 +423,7 @@ fn run_rules(
         init_values,
         seed,
     };
-    rules::generate(&problem).map_err(|why| unsupported(id, why))
+    shape_rules::generate(&problem).map_err(|why| unsupported(id, why))
 }
 
 /// Applies the injections to the task's own files in memory: each must apply and parse.

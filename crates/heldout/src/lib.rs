@@ -5,7 +5,7 @@
 //! - [`task`]: AKA tasks (`config.yaml`), discovery and the held-out scope
 //!   (`triton2triton/vllm`, `triton2triton/rocmbench`, `hip2hip|torch2hip/gpumode`).
 //! - [`generate`]: `held_out_tests/<task>/held_out_shapes.yaml` per task, by the deterministic
-//!   [`rules`] backend (default; seeded) or an [`agent`] CLI. Rules-generated injections are
+//!   [`shape_rules`] backend (default; seeded) or an [`agent`] CLI. Rules-generated injections are
 //!   applied to the task's own files in memory before they are written. The output directory
 //!   ignores itself in Git (a `.gitignore` of `*`), as AKA keeps `held_out_tests/` private.
 //! - [`shapes_file`]: the YAML format (AKA's fields plus `shapes` and `generator`) and
@@ -37,8 +37,8 @@ pub mod eval;
 pub mod generate;
 pub mod perf;
 pub mod python;
-pub mod rules;
 pub mod runner;
+pub mod shape_rules;
 pub mod shapes_file;
 pub mod speedup;
 pub mod summary;
