@@ -101,23 +101,8 @@ fn problem_dirs(path: &Path) -> Result<Vec<PathBuf>> {
 
 /// Copies a directory tree, returning the copied files.
 fn copy_tree(from: &Path, to: &Path) -> Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(to).with_context(|| format!("failed to create `{}`", to.display()))?;
-    let mut files = Vec::new();
-    let mut entries: Vec<_> = std::fs::read_dir(from)
-        .with_context(|| format!("failed to read `{}`", from.display()))?
-        .collect::<Result<_, _>>()?;
-    entries.sort_by_key(|e| e.path());
-    for e in entries {
-        let (src, dst) = (e.path(), to.join(e.file_name()));
-        if src.is_dir() {
-            files.extend(copy_tree(&src, &dst)?);
-        } else {
-            std::fs::copy(&src, &dst)
-                .with_context(|| format!("failed to copy `{}`", src.display()))?;
-            files.push(dst);
-        }
-    }
-    Ok(files)
+    kg_contract::tree::copy_tree(from, to, kg_contract::tree::CopyOptions::default())
+        .with_context(|| format!("failed to copy `{}` to `{}`", from.display(), to.display()))
 }
 
 fn kg_bench_run(o: &Opts, root: &Path, corpus: &Path, solutions: &str, out: &Path) -> Result<()> {

@@ -391,10 +391,83 @@ fn hash_regular_file(path: &Path, follow: bool) -> std::io::Result<Option<String
     Ok(Some(s))
 }
 
+/// How [`copy_tree`] treats what it finds.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CopyOptions<'a> {
+    /// Names left out at the top level only (e.g. `build`).
+    pub skip_top: &'a [&'a str],
+    /// Recreate symlinks as symlinks (else they are followed and their targets copied).
+    pub keep_symlinks: bool,
+}
+
+/// Copies the tree `from` into `to` (created): directories, files and (with
+/// [`CopyOptions::keep_symlinks`]) symlinks, in name order. Returns the files copied.
+pub fn copy_tree(from: &Path, to: &Path, opts: CopyOptions<'_>) -> std::io::Result<Vec<PathBuf>> {
+    fn copy(from: &Path, to: &Path, skip: &[&str], links: bool) -> std::io::Result<Vec<PathBuf>> {
+        std::fs::create_dir_all(to)?;
+        let mut entries = std::fs::read_dir(from)?.collect::<Result<Vec<_>, _>>()?;
+        entries.sort_by_key(std::fs::DirEntry::file_name);
+        let mut files = Vec::new();
+        for e in entries {
+            let name = e.file_name();
+            if skip.iter().any(|s| name == *s) {
+                continue;
+            }
+            let (src, dst) = (e.path(), to.join(&name));
+            let ft = e.file_type()?;
+            if links && ft.is_symlink() {
+                std::os::unix::fs::symlink(std::fs::read_link(&src)?, &dst)?;
+            } else if src.is_dir() {
+                files.extend(copy(&src, &dst, &[], links)?);
+            } else {
+                std::fs::copy(&src, &dst)?;
+                files.push(dst);
+            }
+        }
+        Ok(files)
+    }
+    copy(from, to, opts.skip_top, opts.keep_symlinks)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// A copy holds every file in name order, leaves out only top-level skipped names, and
+    /// keeps a symlink as a link or follows it as asked.
+    #[test]
+    fn copy_tree_skips_top_level_names_and_keeps_or_follows_links() {
+        let d = tempfile::tempdir().unwrap();
+        let src = d.path().join("src");
+        std::fs::create_dir_all(src.join("build")).unwrap();
+        std::fs::create_dir_all(src.join("sub/build")).unwrap();
+        std::fs::write(src.join("b.txt"), "b").unwrap();
+        std::fs::write(src.join("build/stale"), "x").unwrap();
+        std::fs::write(src.join("sub/build/kept"), "k").unwrap();
+        std::os::unix::fs::symlink("b.txt", src.join("a_link")).unwrap();
+        let kept = d.path().join("kept");
+        let files = copy_tree(
+            &src,
+            &kept,
+            CopyOptions {
+                skip_top: &["build"],
+                keep_symlinks: true,
+            },
+        )
+        .unwrap();
+        assert_eq!(files, vec![kept.join("b.txt"), kept.join("sub/build/kept")]);
+        assert!(!kept.join("build").exists());
+        assert_eq!(
+            std::fs::read_link(kept.join("a_link")).unwrap(),
+            Path::new("b.txt")
+        );
+        let followed = d.path().join("followed");
+        let files = copy_tree(&src, &followed, CopyOptions::default()).unwrap();
+        assert_eq!(files.len(), 4, "{files:?}");
+        let link = followed.join("a_link");
+        assert!(!link.is_symlink() && std::fs::read_to_string(link).unwrap() == "b");
+    }
 
     fn problem() -> tempfile::TempDir {
         let d = tempfile::tempdir().unwrap();

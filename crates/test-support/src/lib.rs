@@ -61,17 +61,7 @@ pub fn copy_tree(from: &Path, to: &Path) {
 }
 
 fn try_copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for e in std::fs::read_dir(from)? {
-        let e = e?;
-        let dest = to.join(e.file_name());
-        if e.file_type()?.is_dir() {
-            try_copy_tree(&e.path(), &dest)?;
-        } else {
-            std::fs::copy(e.path(), &dest)?;
-        }
-    }
-    Ok(())
+    kg_contract::tree::copy_tree(from, to, kg_contract::tree::CopyOptions::default()).map(|_| ())
 }
 
 #[cfg(test)]

@@ -60,20 +60,8 @@ pub(super) fn tree_diff(
 }
 
 pub(super) fn copy_tree(from: &Path, to: &Path) -> Result<()> {
-    std::fs::create_dir_all(to).with_context(|| format!("failed to create `{}`", to.display()))?;
-    for ent in
-        std::fs::read_dir(from).with_context(|| format!("failed to list `{}`", from.display()))?
-    {
-        let ent = ent.with_context(|| format!("failed to list `{}`", from.display()))?;
-        let p = ent.path();
-        let dest = to.join(ent.file_name());
-        if p.is_dir() {
-            copy_tree(&p, &dest)?;
-        } else {
-            std::fs::copy(&p, &dest)
-                .with_context(|| format!("failed to copy `{}`", p.display()))?;
-        }
-    }
+    kg_contract::tree::copy_tree(from, to, kg_contract::tree::CopyOptions::default())
+        .with_context(|| format!("failed to copy `{}` to `{}`", from.display(), to.display()))?;
     Ok(())
 }
 

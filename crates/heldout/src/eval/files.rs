@@ -55,24 +55,14 @@ pub(super) fn restore_original(
 /// Copies a directory tree; symlinks are recreated as symlinks. With `skip_build`, the
 /// top-level `build/` (stale reports) is left out.
 pub fn copy_tree(from: &Path, to: &Path, skip_build: bool) -> std::io::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for e in std::fs::read_dir(from)? {
-        let e = e?;
-        let name = e.file_name();
-        if skip_build && name == "build" {
-            continue;
-        }
-        let src = e.path();
-        let dst = to.join(&name);
-        let ft = e.file_type()?;
-        if ft.is_symlink() {
-            let target = std::fs::read_link(&src)?;
-            std::os::unix::fs::symlink(target, &dst)?;
-        } else if ft.is_dir() {
-            copy_tree(&src, &dst, false)?;
-        } else {
-            std::fs::copy(&src, &dst)?;
-        }
-    }
-    Ok(())
+    let skip: &[&str] = if skip_build { &["build"] } else { &[] };
+    kg_contract::tree::copy_tree(
+        from,
+        to,
+        kg_contract::tree::CopyOptions {
+            skip_top: skip,
+            keep_symlinks: true,
+        },
+    )
+    .map(|_| ())
 }
