@@ -334,20 +334,8 @@ pub fn acquire_with(
                 require_clock_lock: opts.lock_clocks,
                 ..ClaimRequest::from_env(opts.command.clone())?
             };
-            // Every GPU busy is asked again until `busy_wait`: the activity may be what the
-            // previous job left in the SMI's window. Any other refusal is final at once.
             let started = std::time::Instant::now();
-            let mut first_busy: Option<String> = None;
-            let claimed = loop {
-                match claimer(request.clone()) {
-                    Err(ClaimError::NoneIdle(why)) if started.elapsed() < opts.busy_wait => {
-                        first_busy.get_or_insert(why);
-                        let left = opts.busy_wait.saturating_sub(started.elapsed());
-                        std::thread::sleep(AUTO_BUSY_RETRY.min(left));
-                    }
-                    other => break other,
-                }
-            };
+            let (claimed, first_busy) = claim_settled(&mut claimer, &request, opts.busy_wait);
             match claimed {
                 Ok(claim) => {
                     let worker_env = claim.child_env();
@@ -377,6 +365,27 @@ pub fn acquire_with(
                     )),
                 )),
             }
+        }
+    }
+}
+
+/// Claims with `req`, asking again each [`AUTO_BUSY_RETRY`] while every GPU is busy, for up to
+/// `wait`: the activity may be what the previous job left in the SMI's window. Any other
+/// refusal is final at once. The second value is the first busy refusal, when there was one.
+fn claim_settled(
+    claimer: &mut impl FnMut(ClaimRequest) -> Result<Claim, ClaimError>,
+    req: &ClaimRequest,
+    wait: Duration,
+) -> (Result<Claim, ClaimError>, Option<String>) {
+    let started = std::time::Instant::now();
+    let mut first_busy: Option<String> = None;
+    loop {
+        match claimer(req.clone()) {
+            Err(ClaimError::NoneIdle(why)) if started.elapsed() < wait => {
+                first_busy.get_or_insert(why);
+                std::thread::sleep(AUTO_BUSY_RETRY.min(wait.saturating_sub(started.elapsed())));
+            }
+            other => return (other, first_busy),
         }
     }
 }
@@ -514,7 +523,7 @@ pub fn acquire_lanes_with(
                     device: Some(spec.clone()),
                     ..base.clone()
                 };
-                match claimer(req) {
+                match claim_settled(&mut claimer, &req, opts.busy_wait).0 {
                     Ok(c) => lanes.push(lane(c)),
                     Err(e) => {
                         return Err(DeviceError::Lanes {
@@ -528,7 +537,7 @@ pub fn acquire_lanes_with(
         }
         GpuSet::Count(n) => {
             for _ in 0..*n {
-                match claimer(base.clone()) {
+                match claim_settled(&mut claimer, &base, opts.busy_wait).0 {
                     Ok(c) => lanes.push(lane(c)),
                     Err(e) => {
                         return Err(DeviceError::Lanes {
@@ -547,8 +556,15 @@ pub fn acquire_lanes_with(
             let mut last = None;
             // Each claim takes another idle GPU (the ones held are skipped); at most as many
             // as torch sees.
-            for _ in 0..probe.device_count {
-                match claimer(base.clone()) {
+            for k in 0..probe.device_count {
+                // The first GPU may still show the previous job's activity; once one is
+                // claimed, a busy GPU is someone else's.
+                let wait = if k == 0 {
+                    opts.busy_wait
+                } else {
+                    Duration::ZERO
+                };
+                match claim_settled(&mut claimer, &base, wait).0 {
                     Ok(c) => lanes.push(lane(c)),
                     Err(e) => {
                         last = Some(e);

@@ -170,6 +170,36 @@ fn auto_waits_for_a_busy_gpu_to_settle_before_falling_back() {
     assert_eq!((asked, c.choice), (1, DeviceChoice::Cpu));
 }
 
+/// `--gpus all` waits the same way for its first GPU, so a run started right after another
+/// GPU job gets its lane instead of an error.
+#[test]
+fn lanes_wait_for_a_busy_first_gpu_to_settle() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut fake = fake_claimer(dir.path().to_path_buf());
+    let mut asked = 0;
+    let (lanes, _) = acquire_lanes_with(
+        &GpuSet::All,
+        &probe(true, 1),
+        &AcquireOptions {
+            busy_wait: Duration::from_secs(30),
+            ..AcquireOptions::default()
+        },
+        None,
+        |req| {
+            asked += 1;
+            if asked == 1 {
+                return Err(ClaimError::NoneIdle(
+                    "GPU-fake-0: peak activity 34.0% > 2.0%".into(),
+                ));
+            }
+            fake(req)
+        },
+    )
+    .unwrap();
+    assert_eq!(lanes.len(), 1);
+    assert_eq!(lanes[0].evidence.as_ref().unwrap().uuid, "GPU-fake-0");
+}
+
 #[test]
 fn lock_clocks_without_a_claim_fails_closed() {
     let never = |_: ClaimRequest| -> Result<Claim, ClaimError> {
