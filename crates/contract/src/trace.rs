@@ -312,6 +312,27 @@ pub struct Performance {
     /// Reference latency distribution.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reference_spread: Option<Spread>,
+    /// Where the workload's harness time went, by phase (kernelgate addition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phases: Option<Phases>,
+}
+
+/// Seconds a workload's evaluation spent in each phase, as the harness measured them: what
+/// tools read to see where time goes (the log says the same in words).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Phases {
+    /// The correctness rounds (both sides' calls, the judge's checks).
+    pub correctness_rounds_s: f64,
+    /// Preparing the timed input sets.
+    pub timed_inputs_s: f64,
+    /// The candidate's load and warm-up before its timed batch.
+    pub candidate_load_warmup_s: f64,
+    /// The candidate's timed batch.
+    pub timed_batch_s: f64,
+    /// Re-checking sampled timed calls' outputs.
+    pub sampled_checks_s: f64,
+    /// Timing the reference.
+    pub reference_timing_s: f64,
 }
 
 /// Which device produced a result, exactly enough for a reviewer to tell.

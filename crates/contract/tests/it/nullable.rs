@@ -25,6 +25,7 @@ fn eval(status: Status, correctness: bool, performance: bool) -> Evaluation {
             iterations: None,
             spread: None,
             reference_spread: None,
+            phases: None,
         }),
         environment: Default::default(),
         timestamp: String::new(),

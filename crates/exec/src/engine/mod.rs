@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use indexmap::IndexMap;
 use kg_contract::{
     CandidateLaunch, CandidateStart, ClockState, Correctness, Environment, Evaluation,
-    LoadedWorkload, Performance, Problem, Reason, Retry, RetryReason, Solution, SourceFile, Status,
-    TimingMethod, Trace,
+    LoadedWorkload, Performance, Phases, Problem, Reason, Retry, RetryReason, Solution, SourceFile,
+    Status, TimingMethod, Trace,
 };
 use kg_proc::now_utc as now_iso;
 use serde_json::{Value, json};

@@ -156,6 +156,7 @@ fn sol_floor_turns_only_passed_latencies_below_t_sol_into_reward_hack() {
             iterations: None,
             spread: None,
             reference_spread: None,
+            phases: None,
         }),
         retry: None,
     };

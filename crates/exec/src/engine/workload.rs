@@ -195,6 +195,7 @@ impl Session {
                 iterations: Some(iterations),
                 spread: Some(cs),
                 reference_spread: Some(rs),
+                phases: Some(phases_of(&tr, rounds_s, ref_s)),
             }),
             retry: None,
         })
@@ -263,15 +264,16 @@ impl Session {
                 "harness: dual clock: candidate reported {cand_sum_ms:.3} ms over {iterations} timed call(s) with distinct inputs; parent wall time {wall:.3} ms\n"
             ));
         }
-        if let Some(p) = tr.get("phases_s") {
-            let f = |k: &str| p.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+        if tr.get("phases_s").is_some() {
+            let p = phases_of(tr, rounds_s, ref_s);
             log.push_str(&format!(
-                "harness: phases: correctness rounds {rounds_s:.3} s; timed inputs prepared {:.3} s; candidate load + warm-up {:.3} s; timed batch {:.3} s; sampled re-checks {:.3} s; reference timing {:.3} s\n",
-                f("prepare"),
-                f("load"),
-                f("batch"),
-                f("checks"),
-                ref_s
+                "harness: phases: correctness rounds {:.3} s; timed inputs prepared {:.3} s; candidate load + warm-up {:.3} s; timed batch {:.3} s; sampled re-checks {:.3} s; reference timing {:.3} s\n",
+                p.correctness_rounds_s,
+                p.timed_inputs_s,
+                p.candidate_load_warmup_s,
+                p.timed_batch_s,
+                p.sampled_checks_s,
+                p.reference_timing_s
             ));
         }
         log.push_str(&format!("harness: round inputs: {}\n", st.round_inputs));
@@ -500,5 +502,24 @@ impl Session {
             results.len(),
             batch.len(),
         ))
+    }
+}
+
+/// The workload's phases: the correctness rounds and the reference's timing as the harness
+/// measured them, the rest from the candidate's timing reply (`phases_s`, 0 where absent).
+fn phases_of(tr: &Value, rounds_s: f64, ref_s: f64) -> Phases {
+    let p = tr.get("phases_s");
+    let f = |k: &str| {
+        p.and_then(|p| p.get(k))
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0)
+    };
+    Phases {
+        correctness_rounds_s: rounds_s,
+        timed_inputs_s: f("prepare"),
+        candidate_load_warmup_s: f("load"),
+        timed_batch_s: f("batch"),
+        sampled_checks_s: f("checks"),
+        reference_timing_s: ref_s,
     }
 }
