@@ -63,6 +63,34 @@ pub(crate) fn merge_shards(
     }
 }
 
+/// Prints a merged run: its summary as JSON, or each shard (with `shards`), the totals and
+/// where the summary is.
+pub(crate) fn print_merged(
+    outcome: &kg_exec::shard::MergeOutcome,
+    json: bool,
+    shards: bool,
+) -> Result<(), Failure> {
+    let s = &outcome.summary;
+    if json {
+        println!("{}", serde_json::to_string_pretty(s).map_err(usage)?);
+        return Ok(());
+    }
+    for m in s.merged_from.iter().filter(|_| shards) {
+        println!(
+            "shard {}  {}  host {}  device {}  {} trace file(s)",
+            m.shard, m.dir, m.host, m.device, m.traces
+        );
+    }
+    println!("{}", crate::output::summary_line(s));
+    println!(
+        "merged {} shard(s), {} trace file(s): {}",
+        s.merged_from.len(),
+        outcome.traces.len(),
+        outcome.summary_path.display()
+    );
+    Ok(())
+}
+
 /// Runs `merge`.
 pub(crate) fn merge(a: MergeArgs) -> Result<i32, Failure> {
     let mut opts = MergeOptions {
@@ -76,23 +104,6 @@ pub(crate) fn merge(a: MergeArgs) -> Result<i32, Failure> {
         opts.signer = Some(chain::load_signing_key(p).map_err(usage)?);
     }
     let outcome = merge_shards(&a.out, &a.shards, &opts)?;
-    let s = &outcome.summary;
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(s).map_err(usage)?);
-    } else {
-        for m in &s.merged_from {
-            println!(
-                "shard {}  {}  host {}  device {}  {} trace file(s)",
-                m.shard, m.dir, m.host, m.device, m.traces
-            );
-        }
-        println!("{}", crate::output::summary_line(s));
-        println!(
-            "merged {} shard(s), {} trace file(s): {}",
-            s.merged_from.len(),
-            outcome.traces.len(),
-            outcome.summary_path.display()
-        );
-    }
+    print_merged(&outcome, a.json, true)?;
     Ok(exit::OK)
 }

@@ -318,18 +318,8 @@ fn finish(
     };
     let dirs: Vec<PathBuf> = (1..=spec.shards).map(|k| spec.shard_dir(k)).collect();
     let outcome = crate::merge_cmd::merge_shards(&spec.out, &dirs, &opts)?;
+    crate::merge_cmd::print_merged(&outcome, a.json, false)?;
     let s = &outcome.summary;
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(s).map_err(usage)?);
-    } else {
-        println!("{}", crate::output::summary_line(s));
-        println!(
-            "merged {} shard(s), {} trace file(s): {}",
-            s.merged_from.len(),
-            outcome.traces.len(),
-            outcome.summary_path.display()
-        );
-    }
     Ok(if s.all_passed() {
         exit::OK
     } else {
