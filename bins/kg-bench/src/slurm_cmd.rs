@@ -38,7 +38,8 @@ pub struct SlurmArgs {
     #[arg(long, required_unless_present = "retry_failed", value_parser = clap::value_parser!(u32).range(1..))]
     shards: Option<u32>,
     /// GPUs per task (`#SBATCH --gres=gpu:G`); each task then runs `--gpus all` over the GPUs
-    /// Slurm gave it, claimed through kg-gpu. 0: none (give `-- --device cpu` for a CPU run).
+    /// Slurm gave it, claimed through kg-gpu. 0: none, and the tasks run `--device cpu` unless
+    /// the run flags name a device.
     #[arg(long, default_value_t = 0)]
     gpus_per_task: u32,
     /// `#SBATCH --cpus-per-task`.
@@ -102,8 +103,14 @@ fn spec_of(a: &SlurmArgs) -> Result<ArraySpec, Failure> {
             .iter()
             .any(|x| x == f || x.starts_with(&format!("{f}=")))
     };
-    if a.gpus_per_task > 0 && !named("--gpus") && !named("--device") {
-        run_args.extend(["--gpus".to_string(), "all".to_string()]);
+    // A task uses what Slurm gave it: the GPUs of `--gres` through `--gpus all`, and without
+    // GPUs asked for, the CPU (an idle-looking GPU of the node may be another job's).
+    if !named("--gpus") && !named("--device") {
+        if a.gpus_per_task > 0 {
+            run_args.extend(["--gpus".to_string(), "all".to_string()]);
+        } else {
+            run_args.extend(["--device".to_string(), "cpu".to_string()]);
+        }
     }
     let spec = ArraySpec {
         job_name: a.job_name.clone(),
