@@ -222,9 +222,9 @@ impl Default for AcquireOptions {
     }
 }
 
-/// How long `auto` waits for a busy GPU to settle. A run started right after another GPU job
-/// (the last command of a script) saw that job's activity still in the SMI's sampling window
-/// (peak 34 % on an H100) and fell back to the CPU; a few seconds later the GPU is idle.
+/// How long `auto` waits for a busy GPU to settle: a run started right after another GPU job
+/// (the last command of a script) sees that job's activity in the SMI's sampling window for a
+/// moment, and would otherwise fall back to the CPU.
 pub const AUTO_BUSY_WAIT: Duration = Duration::from_secs(5);
 /// Pause between two asks while waiting.
 const AUTO_BUSY_RETRY: Duration = Duration::from_secs(1);
