@@ -445,7 +445,7 @@ fn deliberately_slower_kernel_needs_work() {
     assert_eq!(perf["classification"], "regression", "{c}");
     assert_eq!(
         perf["order"],
-        serde_json::json!(["base", "head", "base", "head"]),
+        serde_json::json!(["base", "head", "base", "head", "base", "head"]),
         "interleaved: {c}"
     );
     assert!(
