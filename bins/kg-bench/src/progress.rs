@@ -31,6 +31,8 @@ impl Verbosity {
 /// is on, the build under way, elapsed and left.
 pub(crate) struct Progress {
     pub(crate) verbosity: Verbosity,
+    /// Whether stderr is a terminal.
+    pub(crate) tty: bool,
     /// The bar, on a terminal.
     pub(crate) bar: Option<indicatif::ProgressBar>,
     /// Pairs this command will evaluate (0: not known), and how many have started.
@@ -87,7 +89,8 @@ impl Progress {
         estimated_total_s: f64,
         bar: bool,
     ) -> Self {
-        let drawn = bar && verbosity != Verbosity::Quiet && std::io::stderr().is_terminal();
+        let tty = std::io::stderr().is_terminal();
+        let drawn = bar && verbosity != Verbosity::Quiet && tty;
         let bar = drawn.then(|| {
             Self::styled(indicatif::ProgressBar::with_draw_target(
                 Some(total as u64),
@@ -96,6 +99,7 @@ impl Progress {
         });
         Progress {
             verbosity,
+            tty,
             bar,
             pairs: 0,
             pairs_started: 0,
@@ -218,9 +222,8 @@ impl Progress {
 
     /// A workload of a lane's pair starts: a line with `-v`, or in a terminal without a bar.
     pub(crate) fn started(&mut self, lane: usize, uuid: &str) {
-        let tty = std::io::stderr().is_terminal();
         if self.verbosity == Verbosity::Verbose
-            || (self.bar.is_none() && tty && self.verbosity == Verbosity::Normal)
+            || (self.bar.is_none() && self.tty && self.verbosity == Verbosity::Normal)
         {
             self.say(&format!(
                 "[{}/{}] {} / {uuid} ...",
