@@ -65,7 +65,7 @@ pub use keys::{
     TraceSigner, TrustedKey, generate_key, load_public_key, load_signing_key, new_run_id,
     public_key_path,
 };
-pub use run::{RunReport, verify_run};
+pub use run::{RunReport, head_key, verify_run};
 pub use verify::{
     ChainFinding, ExpectedProblem, FileReport, VerifyOptions, verify_bytes, verify_file,
 };

@@ -25,12 +25,7 @@ impl RunChain {
         let mut heads = indexmap::IndexMap::new();
         for f in files {
             let Some(h) = file_head(f)? else { continue };
-            let rel = f.strip_prefix(out_dir).unwrap_or(f);
-            let parts: Vec<String> = rel
-                .components()
-                .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                .collect();
-            heads.insert(parts.join("/"), h);
+            heads.insert(head_key(out_dir, f), h);
         }
         let mut rc = RunChain {
             format: RUN_CHAIN_FORMAT.into(),
@@ -60,6 +55,17 @@ impl RunChain {
         m.extend_from_slice(text.as_bytes());
         Ok(m)
     }
+}
+
+/// How [`RunChain::heads`] names `file` of the run directory `out_dir`: its path below it,
+/// `/`-separated.
+pub fn head_key(out_dir: &Path, file: &Path) -> String {
+    let rel = file.strip_prefix(out_dir).unwrap_or(file);
+    let parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    parts.join("/")
 }
 
 /// The verdict on a run's `summary.json` and every trace file it lists.

@@ -213,16 +213,11 @@ impl CorpusPlan {
             let workloads = corpus::select_workloads(&p.problem, None, max_workloads);
             let cost = crate::shard::pair_cost(&workloads);
             for s in &p.pairs {
-                let rel = s.path.strip_prefix(out_dir).unwrap_or(&s.path);
-                let trace: Vec<String> = rel
-                    .components()
-                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                    .collect();
                 pairs.push(ShardPair {
                     key: p.key.clone(),
                     solution: s.found.solution.name.clone(),
                     solution_sha256: s.sha256.clone(),
-                    trace: trace.join("/"),
+                    trace: chain::head_key(out_dir, &s.path),
                     cost,
                     shard: 0,
                 });

@@ -116,7 +116,7 @@ pub struct ShardPair {
     pub solution: String,
     /// The solution's hash ([`kg_contract::chain::solution_sha256`]).
     pub solution_sha256: String,
-    /// Its trace file, relative to the run directory, `/`-separated.
+    /// Its trace file, as the run's chain record names it ([`kg_contract::chain::head_key`]).
     pub trace: String,
     /// Its expected cost ([`pair_cost`]), in the partition's units.
     pub cost: u64,
