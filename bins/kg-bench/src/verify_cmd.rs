@@ -143,21 +143,13 @@ pub fn verify(a: VerifyArgs) -> anyhow::Result<i32> {
                 run.iter()
                     .flat_map(|r| r.files.iter())
                     .chain(files.iter())
-                    .flat_map(|f| f.findings.iter().map(move |x| location(f, x))),
+                    .flat_map(FileReport::located),
             )
             .next()
             .unwrap_or_default();
         eprintln!("error: the traces do not verify; first: {first}");
     }
     Ok(if ok { exit::OK } else { exit::FAILED })
-}
-
-/// `FILE:LINE: message` (or `FILE: message`).
-fn location(f: &FileReport, x: &chain::ChainFinding) -> String {
-    match x.line {
-        Some(l) => format!("{}:{l}: {}", f.path.display(), x.message),
-        None => format!("{}: {}", f.path.display(), x.message),
-    }
 }
 
 fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
@@ -188,8 +180,8 @@ fn print_file(f: &FileReport) {
         );
         return;
     }
-    for x in &f.findings {
-        println!("FAILED  {}", location(f, x));
+    for x in f.located() {
+        println!("FAILED  {x}");
     }
 }
 

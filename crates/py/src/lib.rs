@@ -242,13 +242,6 @@ fn options(pubkey: Option<PathBuf>) -> PyResult<VerifyOptions> {
     Ok(o)
 }
 
-fn findings(f: &chain::FileReport) -> impl Iterator<Item = String> + '_ {
-    f.findings.iter().map(move |x| match x.line {
-        Some(l) => format!("{}:{l}: {}", f.path.display(), x.message),
-        None => format!("{}: {}", f.path.display(), x.message),
-    })
-}
-
 /// Verifies a trace file: every line's hash chain and seal, and with `pubkey` (a
 /// `kg-bench keygen` public key file) its signature. Tampering is a `Verification` with
 /// findings; a file that cannot be read raises `TraceError`.
@@ -261,7 +254,7 @@ fn verify_traces(path: PathBuf, pubkey: Option<PathBuf>) -> PyResult<Verificatio
         path: path.display().to_string(),
         files: 1,
         lines: r.lines,
-        findings: findings(&r).collect(),
+        findings: r.located().collect(),
     })
 }
 
@@ -277,7 +270,7 @@ fn verify_run(summary: PathBuf, pubkey: Option<PathBuf>) -> PyResult<Verificatio
         .map(|f| format!("{}: {}", summary.display(), f.message))
         .collect();
     for f in &r.files {
-        all.extend(findings(f));
+        all.extend(f.located());
     }
     Ok(Verification {
         ok: r.ok(),

@@ -100,6 +100,14 @@ impl FileReport {
     pub fn ok(&self) -> bool {
         self.findings.is_empty()
     }
+
+    /// Each finding located, `FILE:LINE: message` (or `FILE: message`).
+    pub fn located(&self) -> impl Iterator<Item = String> + '_ {
+        self.findings.iter().map(move |x| match x.line {
+            Some(l) => format!("{}:{l}: {}", self.path.display(), x.message),
+            None => format!("{}: {}", self.path.display(), x.message),
+        })
+    }
 }
 
 /// Verifies a trace file (module docs for what that proves). `Err` only when it cannot be
