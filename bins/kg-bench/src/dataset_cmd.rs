@@ -29,7 +29,7 @@ pub(crate) fn validate(a: ValidateArgs, cancel: &CancelToken) -> Result<i32, Fai
             "--timeout must be a positive number of seconds"
         )));
     };
-    let mut opts = base_options(&acquired);
+    let mut opts = acquired.eval_options();
     opts.timeout = timeout;
     let mut session = Session::new(interp, opts, cancel.clone()).map_err(from_exec)?;
     for p in &loaded {

@@ -81,14 +81,6 @@ pub(crate) fn prepare_lanes(
     Ok((interp, lanes))
 }
 
-/// Evaluation options for the acquired device, before flags.
-pub(crate) fn base_options(acq: &Acquired) -> EvalOptions {
-    let mut o = EvalOptions::new(acq.choice.clone());
-    o.worker_env.clone_from(&acq.worker_env);
-    o.gpu_claim.clone_from(&acq.evidence);
-    o
-}
-
 /// `--memory-limit`: a byte count with an optional K/M/G/T suffix (powers of 1024).
 pub(crate) fn parse_bytes(s: &str) -> Result<u64, String> {
     let t = s.trim();
@@ -129,7 +121,7 @@ pub(crate) fn options(acq: &Acquired, a: &EvalArgs) -> Result<EvalOptions, Failu
             )))
         }
     };
-    let mut o = base_options(acq);
+    let mut o = acq.eval_options();
     o.timeout = secs("timeout", a.timeout)?;
     o.compile_timeout = secs("compile-timeout", a.compile_timeout)?;
     o.warmup = a.warmup;

@@ -467,9 +467,7 @@ fn evaluate(
             },
         )
         .map_err(|e| e.to_string())?;
-        let mut opts = kg_exec::EvalOptions::new(acquired.choice.clone());
-        opts.worker_env.clone_from(&acquired.worker_env);
-        opts.gpu_claim.clone_from(&acquired.evidence);
+        let mut opts = acquired.eval_options();
         opts.rounds = rounds.max(1);
         opts.warmup = warmup;
         opts.iterations = iterations.max(1);

@@ -200,6 +200,17 @@ pub struct Acquired {
     pub notice: Option<String>,
 }
 
+impl Acquired {
+    /// Evaluation options for this device, before any flag: its choice, the workers'
+    /// environment and the claim's evidence.
+    pub fn eval_options(&self) -> crate::EvalOptions {
+        let mut o = crate::EvalOptions::new(self.choice.clone());
+        o.worker_env.clone_from(&self.worker_env);
+        o.gpu_claim.clone_from(&self.evidence);
+        o
+    }
+}
+
 /// What [`acquire`] should do beyond choosing.
 #[derive(Debug, Clone)]
 pub struct AcquireOptions {
