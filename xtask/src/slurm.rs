@@ -231,7 +231,7 @@ fn summary(path: &Path) -> Result<RunSummary> {
 fn preflight() -> Result<()> {
     let missing: Vec<String> = TOOLS
         .iter()
-        .filter(|(t, _)| which(t).is_none())
+        .filter(|(t, _)| which::which(t).is_err())
         .map(|(t, pkg)| format!("{t} ({pkg})"))
         .collect();
     if !missing.is_empty() {
@@ -244,13 +244,6 @@ fn preflight() -> Result<()> {
         bail!("slurm-test starts slurmd, which runs jobs as their submitter: run it as root");
     }
     Ok(())
-}
-
-fn which(program: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(program))
-        .find(|p| p.is_file())
 }
 
 /// Runs the test (module docs).

@@ -47,7 +47,7 @@ pub fn parse_squeue(out: &str) -> Vec<QueuedTask> {
 impl Slurm {
     fn run(&self, program: &str, args: &[String]) -> Result<String, ClusterError> {
         let line = format!("{program} {}", args.join(" "));
-        if which(program).is_none() {
+        if which::which(program).is_err() {
             return Err(ClusterError::NotInstalled {
                 command: program.into(),
             });
@@ -137,14 +137,6 @@ impl Slurm {
     pub fn cancel(&self, job: &str) -> Result<(), ClusterError> {
         self.run("scancel", &[job.to_string()]).map(|_| ())
     }
-}
-
-/// `program` on `PATH`.
-fn which(program: &str) -> Option<std::path::PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(program))
-        .find(|p| p.is_file())
 }
 
 #[cfg(test)]
