@@ -6,7 +6,7 @@ process), alternating, `REPEATS` times. In each, the same harness-shaped bracket
 spin, the call, sync, one-cycle spin, a copy of the output) around two calls: a 1M-element add
 (one kernel) and a small SDPA (several kernels, host-bound to launch). Per bracket set, on the
 host: start, the brackets, stop, read; the call's host launch time; the records; and each call's
-span from the records. Then kgcommon.time_calls itself (default cupti) on the add, as the
+span from the records. Then kg_timing.time_calls itself (default cupti) on the add, as the
 harness runs it. Last, the record offsets kgcupti reads, checked against the installed
 cupti_activity.h with a C compiler where one and the header are present.
 """
@@ -181,13 +181,15 @@ def child(mode):
                               "stop_read_ms": round((t3 - t2) * 1e3, 3), "records": len(acts), "spins": nspin,
                               "calls_split": len(sp), "toggle_ms_median": round(statistics.median(toggle), 4) if toggle else None,
                               "span_us_median": round(statistics.median(sp), 3) if sp else None}), flush=True)
-        import kgcommon as kg
+        import kg_wire
+        import kg_timing
 
-        print(json.dumps({"mode": "direct", "check": kg.cupti_warmup(dev), "library": kg.kgcupti.RECORDER.path}),
+        print(json.dumps({"mode": "direct", "check": kg_timing.cupti_warmup(dev), "library": kg_timing.kgcupti.RECORDER.path}),
               flush=True)
         sets = [[torch.randn(1 << 20, device=dev), torch.randn(1 << 20, device=dev)] for _ in range(4)]
         for rep in range(3):
-            times, notes = kg.time_calls(lambda a: torch.add(a[0], a[1]), sets, dev, 10, 50, "cupti", spin_us=150)
+            times, notes = kg_timing.time_calls(kg_timing.Calls(lambda a: torch.add(a[0], a[1]), sets),
+                                                kg_timing.timer_for("cupti", dev, 10, 50, spin_us=150))
             print(json.dumps({"mode": "direct", "time_calls": rep, "event_median_ms": statistics.median(times),
                               "cupti_median_ms": statistics.median(notes["cupti_ms"]) if "cupti_ms" in notes else None,
                               "fallback": notes.get("cupti_fallback"), "kernels": notes.get("cupti_kernels"),

@@ -2,7 +2,7 @@
 
 Run on a GPU: python3 crates/exec/bench/cupti_stop.py > cupti_stop.jsonl
 For each profiler configuration and record count, starts Kineto's CUPTI recording through the
-same low-level bindings kgcommon uses, queues `calls` brackets shaped like the harness's
+same low-level bindings kg_timing uses, queues `calls` brackets shaped like the harness's
 (flush, spin, a small kernel, one-cycle spin), stops it, and times each step on the host:
 prepare, enable, the brackets, disable (flush + Kineto's processing), and turning the result
 into a Python list. One JSON line per measurement.
@@ -54,7 +54,7 @@ def once(extra, calls, x, flush):
     t5 = time.perf_counter()
     dev_acts = [e for e in ev if str(e.device_type()).endswith("CUDA")]
     t6 = time.perf_counter()
-    enum_acts = [e for e in ev if e.device_type() == DeviceType.CUDA]  # kgcommon's filter since session 7
+    enum_acts = [e for e in ev if e.device_type() == DeviceType.CUDA]  # the harness's filter since session 7
     t7 = time.perf_counter()
     assert len(enum_acts) == len(dev_acts)
     ms = lambda a, b: round((b - a) * 1e3, 3)  # noqa: E731
@@ -113,7 +113,7 @@ def main():
     dev = torch.device("cuda:0")
     x = torch.zeros(1 << 20, device=dev)
     flush = torch.empty(256 << 20 >> 2, dtype=torch.int32, device=dev)
-    once({}, 1, x, flush)  # one-time CUPTI start-up, as kgcommon.cupti_warmup
+    once({}, 1, x, flush)  # one-time CUPTI start-up, as kg_timing.cupti_warmup
     for name, extra in CONFIGS.items():
         for calls in (0, 70, 300):
             for rep in range(4):

@@ -3,7 +3,7 @@ every correctness round's inputs from its seed, 10 rounds a workload).
 
 Run on a GPU: python3 crates/exec/bench/draws.py > draws.jsonl
 For a few problems of problems/core (their first and last workload), REPEATS draws of
-kgcommon.random_input_set, each followed by a device sync, in ms; then the parts a draw is made
+kg_inputs.random_input_set, each followed by a device sync, in ms; then the parts a draw is made
 of on their own: torch.manual_seed, a device Generator made and seeded, one small randn.
 """
 import json
@@ -57,7 +57,8 @@ def timed(fn, dev):
 def main():
     import torch
 
-    import kgcommon as kg
+    import kg_wire
+    import kg_inputs
 
     dev = torch.device("cuda:0")
     torch.zeros(1, device=dev)
@@ -66,10 +67,10 @@ def main():
         ws = [json.loads(x) for x in open(os.path.join(ROOT, "problems/core", p, "workload.jsonl")) if x.strip()]
         for w in (ws[0], ws[-1]):
             spec = spec_of(d, w)
-            kg.random_input_set(spec, 1, dev)  # first use: module import, kernel loads
+            kg_inputs.random_input_set(spec, 1, dev)  # first use: module import, kernel loads
             seeds = iter(range(100, 100 + REPEATS))
-            r = timed(lambda: kg.random_input_set(spec, next(seeds), dev), dev)
-            dig = timed(lambda: kg.digest(kg.random_input_set(spec, 7, dev)), dev)
+            r = timed(lambda: kg_inputs.random_input_set(spec, next(seeds), dev), dev)
+            dig = timed(lambda: kg_inputs.digest(kg_inputs.random_input_set(spec, 7, dev)), dev)
             print(json.dumps({"problem": p, "axes": w["axes"], "draw": r, "draw_and_digest": dig}), flush=True)
 
     def gen():

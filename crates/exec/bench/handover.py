@@ -3,8 +3,8 @@ written (issue 4, criterion (c): fp8 dequant N=576 K=7168 hands over 83 MB a bat
 
 Run on a GPU: python3 crates/exec/bench/handover.py > handover.jsonl
 For each directory (the system temp dir and /dev/shm where present) and size, REPEATS times,
-fresh files: kgcommon.write_outputs (device -> the file's mapped pages), the same bytes copied
-device -> a kept pinned buffer -> write(), and kgcommon.read_outputs (file -> the kept pinned
+fresh files: kg_handover.write_outputs (device -> the file's mapped pages), the same bytes copied
+device -> a kept pinned buffer -> write(), and kg_handover.read_outputs (file -> the kept pinned
 buffer -> device). One JSON line per measurement, in ms; first a line naming the filesystems.
 """
 import json
@@ -28,7 +28,8 @@ def ms(t0):
 def main():
     import torch
 
-    import kgcommon as kg
+    import kg_wire
+    import kg_handover
 
     dev = torch.device("cuda:0")
     dirs = [tempfile.gettempdir()] + (["/dev/shm"] if os.path.isdir("/dev/shm") else [])
@@ -37,7 +38,7 @@ def main():
     t0 = time.perf_counter()
     stage = torch.empty(128 << 20, dtype=torch.uint8, pin_memory=True)
     print(json.dumps({"pin_128MiB_ms": ms(t0)}), flush=True)
-    kg.output_stage(128 << 20, dev)  # the judge's kept buffer, made once as at `hello`
+    kg_handover.output_stage(128 << 20, dev)  # the judge's kept buffer, made once as at `hello`
     for base in dirs:
         for mb in SIZES_MB:
             out = torch.randn(mb << 19, device=dev).to(torch.bfloat16)  # mb MB of bf16
@@ -47,10 +48,10 @@ def main():
                 try:
                     p = os.path.join(d, "out.bin")
                     t0 = time.perf_counter()
-                    kg.write_outputs(p, [[out]], dev)
+                    kg_handover.write_outputs(p, [[out]], dev)
                     w = ms(t0)
                     t0 = time.perf_counter()
-                    got = kg.read_outputs(p, dev)
+                    got = kg_handover.read_outputs(p, dev)
                     torch.cuda.synchronize()
                     r = ms(t0)
                     ok = bool(torch.equal(got[0][0], out))

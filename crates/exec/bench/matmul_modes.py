@@ -9,7 +9,7 @@ input sets held in four ways, and prints one JSON line:
          harness's seed-drawn timed sets
   b2b    back-to-back calls on one set, no flush (per-call mean of one event pair)
   fresh_gap2ms    fresh, with 2 ms of host work before each call (the GPU idles meanwhile)
-  kg_cupti(_gap2ms)  the harness's own bracket (kgcommon.time_calls, CUPTI spans, stash copies)
+  kg_cupti(_gap2ms)  the harness's own bracket (kg_timing.time_calls, CUPTI spans, stash copies)
 If every mode of a process is slow together, the cause is per process (kernel choice, context);
 if `same`/`fresh` are bimodal and `rot8` is not, it is where the inputs were placed.
 """
@@ -97,9 +97,10 @@ def busy(ms):
 # The host work the harness does between two timed calls (key aside, checks, stash copy) leaves
 # the GPU idle for 1-2 ms; `gap` adds that idle time to the bare bracket.
 res["fresh_gap2ms"] = bracket(lambda i: (busy(2.0), draw(2000 + i))[1])
-# The harness's own bracket (kgcommon.time_calls, CUPTI spans) with stash copies, no gap and gap.
+# The harness's own bracket (kg_timing.time_calls, CUPTI spans) with stash copies, no gap and gap.
 sys.path.insert(0, __import__("os").path.join(__import__("os").path.dirname(__file__), "..", "py"))
-import kgcommon as kg  # noqa: E402
+import kg_wire  # noqa: E402
+import kg_timing  # noqa: E402
 
 
 class Drawn:
@@ -120,14 +121,15 @@ class Drawn:
 
 
 stash = [torch.empty_like(c) for _ in range(CALLS)]
-kg.cupti_warmup(dev)
+kg_timing.cupti_warmup(dev)
 for name, gap in (("kg_cupti", 0.0), ("kg_cupti_gap2ms", 2.0)):
     def call(a):
         torch.matmul(a[0][0], a[0][1], out=c)
         return c
 
-    times, notes = kg.time_calls(call, Drawn(3000 if gap else 4000, gap), dev, 0, CALLS, "cupti",
-                                 after=lambda a, r: stash[a[1]].copy_(r))
+    times, notes = kg_timing.time_calls(kg_timing.Calls(call, Drawn(3000 if gap else 4000, gap),
+                                                        lambda a, r: stash[a[1]].copy_(r)),
+                                        kg_timing.timer_for("cupti", dev, 0, CALLS))
     sp = sorted(x * 1e3 for x in notes.get("cupti_ms", []))
     res[name] = {"cupti_median_us": round(statistics.median(sp), 1) if sp else notes.get("cupti_fallback"),
                  "cupti_min_us": round(sp[0], 1) if sp else None,

@@ -13,9 +13,30 @@ import sys
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import kgcommon as kg  # noqa: E402
+import kg_wire  # noqa: E402  (first: it completes the import path)
+import kg_env  # noqa: E402
+import kg_handover  # noqa: E402
+import kg_inputs  # noqa: E402
+import kg_timing  # noqa: E402
 
-kg.start_parent_watchdog()
+# The harness's own modules: every attribute of each (functions, classes, constants, the
+# modules they call through, the lists and dicts they keep) is guarded by identity.
+HARNESS_MODULES = (kg_wire, kg_inputs, kg_env, kg_timing, kg_handover)
+
+
+def _guarded_classes():
+    """(name, class) of every class whose methods are guarded: the harness modules' own, the
+    CUPTI recorder, the device memory pool and torch.Tensor."""
+    import torch
+
+    out = [("kgcupti.Recorder", kg_timing.kgcupti.Recorder), ("kgvmm.Pool", kg_handover.kgvmm.Pool),
+           ("torch.Tensor", torch.Tensor)]
+    for m in HARNESS_MODULES:
+        out += [(f"{m.__name__}.{k}", v) for k, v in vars(m).items()
+                if isinstance(v, type) and v.__module__ == m.__name__]
+    return out
+
+kg_wire.start_parent_watchdog()
 
 STATE = {"fn": None, "dps": True, "device": None, "spec": None, "timed": None}
 
@@ -38,42 +59,18 @@ def _guarded():
         "json.loads": json.loads,
         "torch.save": torch.save,
         "torch.load": torch.load,
-        "kgcommon.write_outputs": kg.write_outputs,
-        "kgcommon.device_outputs": kg.device_outputs,
-        "kgcommon._plan_outputs": kg._plan_outputs,
-        "kgcommon._copy_into": kg._copy_into,
-        "kgcommon.kgvmm": kg.kgvmm,
-        "kgcommon._POOL": kg._POOL,
         "candidate._hand_over": _hand_over,
         "torch.bitwise_xor": torch.bitwise_xor,
         "torch.randint": torch.randint,
         "torch.Generator": torch.Generator,
-        "kgcommon.time_calls": kg.time_calls,
-        "kgcommon._time_calls": kg._time_calls,
-        "kgcommon.summarize": kg.summarize,
-        "kgcommon.cupti_spans": kg.cupti_spans,
-        "kgcommon.cupti_call_kernels": kg.cupti_call_kernels,
-        "kgcommon._activities_and_spins": kg._activities_and_spins,
-        "kgcommon._cupti_start": kg._cupti_start,
-        "kgcommon._cupti_stop": kg._cupti_stop,
-        "kgcommon._busy_wait": kg._busy_wait,
-        "kgcommon.keystream_xor": kg.keystream_xor,
-        "kgcommon.random_input_set": kg.random_input_set,
-        "kgcommon.random_tensor": kg.random_tensor,
-        "kgcommon.custom_entry": kg.custom_entry,
-        "kgcommon.custom_module": kg.custom_module,
         "candidate._guard_custom": _guard_custom,
         "torch.randn": torch.randn,
         "torch.rand": torch.rand,
         "torch.cos": torch.cos,
         "torch.sin": torch.sin,
-        "kgcommon.json_safe": kg.json_safe,
-        "kgcommon.stash_outputs": kg.stash_outputs,
-        "kgcommon.SealedSets": kg.SealedSets,
-        "kgcommon.Channel": kg.Channel,
-        "kgcommon.kgcupti": kg.kgcupti,
-        "kgcupti.decode": kg.kgcupti.decode,
-        "kgcupti.RECORDER": kg.kgcupti.RECORDER,
+        "kgcupti.decode": kg_timing.kgcupti.decode,
+        "kgcupti.RECORDER": kg_timing.kgcupti.RECORDER,
+        "kgvmm.Pool": kg_handover.kgvmm.Pool,
         "torch.cuda.synchronize": torch.cuda.synchronize,
         "torch.cuda._sleep": getattr(torch.cuda, "_sleep", None),
         "torch.cuda.Event": torch.cuda.Event,
@@ -83,25 +80,25 @@ def _guarded():
         "candidate._tampered": _tampered,
         "candidate._hooks": _hooks,
     }
-    for name, cls in (("kgcommon.SealedSets", kg.SealedSets), ("kgcommon.Channel", kg.Channel),
-                      ("kgcupti.Recorder", kg.kgcupti.Recorder), ("kgvmm.Pool", kg.kgvmm.Pool),
-                      ("torch.Tensor", torch.Tensor)):
+    for m in HARNESS_MODULES:
+        out.update((f"{m.__name__}.{k}", v) for k, v in vars(m).items() if not k.startswith("__"))
+    for name, cls in _guarded_classes():
         for k, v in vars(cls).items():
             if callable(v) or isinstance(v, (staticmethod, classmethod, property)):
                 out[f"{name}.{k}"] = v
     # The recorder's library and callbacks (loaded at hello, before any solution code), not
     # its record lists, which every start and stop replace.
     for k in ("lib", "_req", "_done", "_lock", "_demangle", "_sizes"):
-        out[f"kgcupti.RECORDER.{k}"] = getattr(kg.kgcupti.RECORDER, k)
+        out[f"kgcupti.RECORDER.{k}"] = getattr(kg_timing.kgcupti.RECORDER, k)
     # What a problem's own input generator calls, once the candidate has drawn with it.
     for k, (m, attr) in CUSTOM_GUARDS.items():
         out[k] = getattr(m, attr, None)
     for k, sha in CUSTOM_SOURCES.items():
-        out[k] = kg.CUSTOM_MODULES.get(sha)
-    if kg.CHANNEL:
-        out["kgcommon.CHANNEL[0]"] = kg.CHANNEL[0]
-        for k, v in vars(kg.CHANNEL[0]).items():
-            out[f"kgcommon.CHANNEL[0].{k}"] = v
+        out[k] = kg_inputs.CUSTOM_MODULES.get(sha)
+    if kg_wire.CHANNEL:
+        out["kg_wire.CHANNEL[0]"] = kg_wire.CHANNEL[0]
+        for k, v in vars(kg_wire.CHANNEL[0]).items():
+            out[f"kg_wire.CHANNEL[0].{k}"] = v
     for k, v in list(out.items()):
         code = getattr(v, "__code__", None)
         if code is not None:
@@ -110,7 +107,7 @@ def _guarded():
 
 
 # Custom input generators drawn with: guarded names -> (module, attribute), and the source
-# hash of each generator's module (kgcommon.CUSTOM_MODULES).
+# hash of each generator's module (kg_inputs.CUSTOM_MODULES).
 CUSTOM_GUARDS = {}
 CUSTOM_SOURCES = {}
 
@@ -130,7 +127,7 @@ def _module_attrs():
 
 def _guard_custom(spec):
     """Before the first draw with a problem's own input generator (a dict spec): guards every
-    module attribute its code can reach (kgcommon.code_names) as the worker's other guarded
+    module attribute its code can reach (kg_inputs.code_names) as the worker's other guarded
     objects are, against their values at worker start where known, so a solution that replaced
     one (to run its code in the untimed draw before a timed call) is seen by `_tampered`."""
     if not isinstance(spec, dict):
@@ -141,15 +138,15 @@ def _guard_custom(spec):
     if key in CUSTOM_SOURCES:
         return
     # Built here from the source, never a module the solution placed in the cache first.
-    kg.CUSTOM_MODULES.pop(sha, None)
-    mod = kg.custom_module(c["source"])
-    fn = kg.custom_entry(c["source"], c["entrypoint"])
+    kg_inputs.CUSTOM_MODULES.pop(sha, None)
+    mod = kg_inputs.custom_module(c["source"])
+    fn = kg_inputs.custom_entry(c["source"], c["entrypoint"])
     CUSTOM_SOURCES[key] = sha
     GUARDED[key] = mod
     CUSTOM_GUARDS[f"{key}:entry"] = (mod, c["entrypoint"])
     GUARDED[f"{key}:entry"] = fn
     GUARDED[f"{key}:entry.__code__"] = fn.__code__
-    for (mname, attr), (m, now) in kg.code_names(fn).items():
+    for (mname, attr), (m, now) in kg_inputs.code_names(fn).items():
         if getattr(m, attr, None) is not now:
             continue  # made afresh on every access (a module __getattr__): no identity to guard
         name = f"{key}:{mname}.{attr}"
@@ -211,19 +208,19 @@ def _tampered():
 def op_hello(req):
     import torch
 
-    dev = kg.resolve_device(req.get("device", "cpu"))
-    kg.fast_torch_save()
+    dev = kg_env.resolve_device(req.get("device", "cpu"))
+    kg_env.fast_torch_save()
     reply = {"result": "ok"}
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
         torch.zeros(1, device=dev)
         if req.get("cupti"):
-            kg.kgcupti.RECORDER.load()  # here, so the guarded snapshot below holds its library
+            kg_timing.kgcupti.RECORDER.load()  # here, so the guarded snapshot below holds its library
             # CUPTI's one-time start-up (seconds) overlaps loading the solution; joined before
             # the warm-up before timing (op_time_load), so no thread of ours runs while timing.
             import threading
 
-            t = threading.Thread(target=lambda: STATE.__setitem__("cupti_why", kg.cupti_warmup(dev)),
+            t = threading.Thread(target=lambda: STATE.__setitem__("cupti_why", kg_timing.cupti_warmup(dev)),
                                  name="kg-cupti-warmup", daemon=True)
             t.start()
             STATE["cupti_warmup"] = t
@@ -355,8 +352,8 @@ def op_build(req):
 
         cpp_extension.load(**args)
     except BaseException as e:  # SystemExit from a build script is a compile error too
-        kg.flush_stdio()
-        return kg.error_reply("compile", f"failed to build `{sol['spec']['entry_point']}`: {type(e).__name__}: {e}", traceback.format_exc())
+        kg_wire.flush_stdio()
+        return kg_wire.error_reply("compile", f"failed to build `{sol['spec']['entry_point']}`: {type(e).__name__}: {e}", traceback.format_exc())
     return {"result": "ok"}
 
 
@@ -393,11 +390,11 @@ def op_load(req):
             sys.modules[modname] = mod
             spec_.loader.exec_module(mod)
     except BaseException as e:  # SystemExit from user code is a compile error too
-        kg.flush_stdio()
-        return kg.error_reply("compile", f"failed to build or import `{spec['entry_point']}`: {type(e).__name__}: {e}", traceback.format_exc())
+        kg_wire.flush_stdio()
+        return kg_wire.error_reply("compile", f"failed to build or import `{spec['entry_point']}`: {type(e).__name__}: {e}", traceback.format_exc())
     fn = getattr(mod, func, None)
     if not callable(fn):
-        return kg.error_reply("compile", f"`{file}` defines no callable `{func}`")
+        return kg_wire.error_reply("compile", f"`{file}` defines no callable `{func}`")
     STATE["fn"] = fn
     STATE["dps"] = bool(spec.get("destination_passing_style", True))
     return {"result": "ok"}
@@ -410,13 +407,13 @@ def _load_inputs(src):
     dev = STATE["device"]
     if isinstance(src, dict):
         _guard_custom(src["spec"])
-        return kg.random_input_set(src["spec"], int(src["seed"]), dev)
+        return kg_inputs.random_input_set(src["spec"], int(src["seed"]), dev)
     vals = torch.load(src, map_location="cpu", weights_only=True)
     return [v.to(dev) if isinstance(v, torch.Tensor) else v for v in vals]
 
 
 def _alloc_outputs(outputs):
-    return kg.alloc_like_spec(outputs, STATE["device"])
+    return kg_handover.alloc_like_spec(outputs, STATE["device"])
 
 
 def _invoke(inputs, outs):
@@ -470,7 +467,7 @@ def _reward_hack(outs, inputs):
 
 def _clean_outputs(outs):
     """What the judge gets of a call's outputs: a snapshot of each plain tensor on its device
-    (kgcommon.write_outputs copies a batch's to the host at once; a solution that returns one
+    (kg_handover.write_outputs copies a batch's to the host at once; a solution that returns one
     buffer every call must not rewrite an earlier round's), else a string saying what it was."""
     import torch
 
@@ -519,13 +516,13 @@ def _run_round(req):
         res = _invoke(inputs, outs)
         _sync()
     except BaseException as e:
-        kg.flush_stdio()
-        return kg.error_reply("runtime", f"the solution raised: {type(e).__name__}: {e}", traceback.format_exc()), None
+        kg_wire.flush_stdio()
+        return kg_wire.error_reply("runtime", f"the solution raised: {type(e).__name__}: {e}", traceback.format_exc()), None
     t2 = time.perf_counter()
     ms["call"] = (t2 - t1) * 1e3
     hack = _reward_hack(res, inputs)
     clean = _clean_outputs(res)
-    kg.flush_stdio()
+    kg_wire.flush_stdio()
     t3 = time.perf_counter()
     ms["save"] = (t3 - t2) * 1e3
     if hack:
@@ -533,14 +530,14 @@ def _run_round(req):
     # Where a round's time goes (diagnostic only: the parent logs it, never decides on it).
     reply = {"result": "ok", "ms": ms}
     if req.get("digest"):
-        reply["digest"] = kg.digest(drawn)
+        reply["digest"] = kg_inputs.digest(drawn)
         ms["digest"] = (time.perf_counter() - t3) * 1e3
     return reply, clean
 
 
 def op_run_rounds(req):
     """Runs several correctness rounds (`runs`: one request each, in order) and writes every
-    round's outputs, one group each, to the file `out` (kgcommon.write_outputs). `replies`
+    round's outputs, one group each, to the file `out` (kg_handover.write_outputs). `replies`
     holds one reply per round; a round that raised ends the request with its error, one
     flagged as a reward hack ends it with nothing written."""
     import time
@@ -572,10 +569,10 @@ def _hand_over(groups, req):
     dev = STATE["device"]
     if req.get("device_out") and dev.type == "cuda" and "pool_off" not in STATE:
         try:
-            return {"device": kg.device_outputs(groups, dev, kg.CHANNEL[0])}
-        except (kg.kgvmm.VmmError, OSError) as e:
+            return {"device": kg_handover.device_outputs(groups, dev, kg_wire.CHANNEL[0])}
+        except (kg_handover.kgvmm.VmmError, OSError) as e:
             STATE["pool_off"] = f"{type(e).__name__}: {e}"
-    kg.write_outputs(req["out"], groups, dev)
+    kg_handover.write_outputs(req["out"], groups, dev)
     return {"pool_off": STATE["pool_off"]} if "pool_off" in STATE else {}
 
 
@@ -583,9 +580,9 @@ def op_resend(req):
     """Writes the last outputs handed over on the device to the file `out` (the judge could not
     read the pool); every later hand-over goes as a file."""
     if "handed" not in STATE:
-        return kg.error_reply("protocol", "`resend` before any outputs were handed over")
+        return kg_wire.error_reply("protocol", "`resend` before any outputs were handed over")
     STATE["pool_off"] = req.get("why") or "the judge could not read the pool"
-    kg.write_outputs(req["out"], STATE.pop("handed"), STATE["device"])
+    kg_handover.write_outputs(req["out"], STATE.pop("handed"), STATE["device"])
     return {"result": "ok"}
 
 
@@ -609,11 +606,11 @@ def op_time_load(req):
     warm_in = _load_inputs(req["in"])
     warm_out = _alloc_outputs(req["outputs"]) if STATE["dps"] else None
     try:
-        warm_ms = kg.warm_up(lambda: _invoke(warm_in, warm_out), STATE["device"], int(req["warmup"]), req.get("budget_s"))
+        warm_ms = kg_timing.warm_up(lambda: _invoke(warm_in, warm_out), STATE["device"], int(req["warmup"]), req.get("budget_s"))
     except BaseException as e:
-        kg.flush_stdio()
-        return kg.error_reply("runtime", f"the solution raised while warming up: {type(e).__name__}: {e}", traceback.format_exc())
-    kg.flush_stdio()
+        kg_wire.flush_stdio()
+        return kg_wire.error_reply("runtime", f"the solution raised while warming up: {type(e).__name__}: {e}", traceback.format_exc())
+    kg_wire.flush_stdio()
     return {"result": "ok", "warmup_ms": warm_ms}
 
 
@@ -629,13 +626,13 @@ def op_time_sets(req):
         sets = [None] * int(gen["count"])
         try:
             _guard_custom(gen["spec"])
-            probe = kg.digest(kg.random_input_set(gen["spec"], int(gen["probe_seed"]), STATE["device"]))
+            probe = kg_inputs.digest(kg_inputs.random_input_set(gen["spec"], int(gen["probe_seed"]), STATE["device"]))
         except Exception as e:  # the problem's generator cannot run here: the parent sends files
             probe = f"draw failed: {type(e).__name__}: {e}"
     else:
         sets = _load_sets(req["timed_in"])
     # One preallocated stash per set that each timed call's outputs are copied into afterwards
-    # (kgcommon.stash_outputs), outside the timed span. DPS calls all write into one output
+    # (kg_handover.stash_outputs), outside the timed span. DPS calls all write into one output
     # list, as a value-returning call (and the reference) gets its output memory back from the
     # allocator each call: writing into a cold buffer per call made a DPS solution up to 2x
     # slower on the CPU than the same work value-returning. A call that writes nothing leaves
@@ -659,7 +656,7 @@ def op_time(req):
 
     t = STATE["timed"]
     if t is None:
-        return kg.error_reply("protocol", "`time` before `time_sets`")
+        return kg_wire.error_reply("protocol", "`time` before `time_sets`")
     tampered = _tampered()
     if tampered:
         return {"result": "ok", "reward_hack": f"the solution tampered with the harness before timing: {tampered}",
@@ -692,27 +689,27 @@ def op_time(req):
             if hack:
                 seen["hack"] = (hack[0], f"timed call {i}: {hack[1]}")
         if t["stash"] is not None and isinstance(o, list):
-            store[i] = kg.stash_outputs(o, t["stash"][i])
+            store[i] = kg_handover.stash_outputs(o, t["stash"][i])
         # Last, so nothing of the solution's runs between this check and opening the next set.
         if "tamper" not in seen:
             bad = _tampered()
             if bad:
                 seen["tamper"] = f"{bad} (seen after timed call {i})"
 
-    args = kg.SealedSets([ins for ins, _ in sets], extras=[(outs,) for _, outs in sets], generate=t["generate"])
+    args = kg_inputs.SealedSets([ins for ins, _ in sets], extras=[(outs,) for _, outs in sets], generate=t["generate"])
     iters = min(int(req["iterations"]), len(args))
     try:
-        times, notes = kg.time_calls(call, args, STATE["device"], 0, iters, req["method"], req.get("budget_s"), after,
-                                     req.get("spin_us"))
+        timer = kg_timing.timer_for(req["method"], STATE["device"], 0, iters, req.get("budget_s"), req.get("spin_us"))
+        times, notes = kg_timing.time_calls(kg_timing.Calls(call, args, after), timer)
         _sync()
         if req["method"] == "cuda_graph":
             # Graph replay times set 0 only and runs no `after`: check its output once here.
             after(args[0], None)
         seen["threads"] = max(seen["threads"], threading.active_count())
     except BaseException as e:
-        kg.flush_stdio()
-        return kg.error_reply("runtime", f"the solution raised while timed: {type(e).__name__}: {e}", traceback.format_exc())
-    kg.flush_stdio()
+        kg_wire.flush_stdio()
+        return kg_wire.error_reply("runtime", f"the solution raised while timed: {type(e).__name__}: {e}", traceback.format_exc())
+    kg_wire.flush_stdio()
     reply = {"result": "ok", "times_ms": times, "notes": notes}
     tampered = seen.get("tamper") or _tampered()
     if tampered:
@@ -733,7 +730,7 @@ def op_time_save(req):
     STATE.pop("handed", None)
     t = STATE["timed"]
     if t is None:
-        return kg.error_reply("protocol", "`time_save` before `time`")
+        return kg_wire.error_reply("protocol", "`time_save` before `time`")
     picked = []
     for i in req["indices"]:
         o = t["outs"][int(i)] if 0 <= int(i) < len(t["outs"]) else None
@@ -754,12 +751,12 @@ if __name__ == "__main__":
 
     HOOKS_AT_START = {t for t in range(6) if getattr(sys, "monitoring", None) and sys.monitoring.get_tool(t) is not None}
     GC_CALLBACKS_AT_START = len(gc.callbacks)
-    GUARDED_CLASSES = ("kgcommon.SealedSets", "kgcommon.Channel", "kgcupti.Recorder", "kgvmm.Pool", "torch.Tensor")
+    GUARDED_CLASSES = tuple(name for name, _ in _guarded_classes())
     MODULE_ATTRS_AT_START = _module_attrs()
     GUARDED = _guarded()
 
     faulthandler.enable()
-    kg.serve({
+    kg_wire.serve({
         "hello": op_hello, "load": op_load, "run_rounds": op_run_rounds,
         "time_load": op_time_load, "time_sets": op_time_sets, "time": op_time, "time_save": op_time_save,
         "resend": op_resend, "build": op_build,

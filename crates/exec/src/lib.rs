@@ -20,6 +20,12 @@
 //!   we are root), seccomp, its own namespaces and limits, each layer observed from outside
 //!   and recorded in its traces. Both workers start as `python -I -S` with an explicit import
 //!   path, so no start-up file of the interpreter runs in them.
+//! - The workers' Python ([`scripts`], `crates/exec/py/`): `judge.py` and `candidate.py` over
+//!   modules with one job each: `kg_wire` (channel, request loop, watchdog), `kg_inputs`
+//!   (dtypes, seeded and sealed input sets), `kg_env` (device identity, versions), `kg_timing`
+//!   (one timer class per method, CUPTI readings), `kg_handover` (outputs file and device
+//!   pool), `judge_compare` (tolerances and v2 checks), `kgcupti` and `kgvmm` (ctypes
+//!   bindings). The candidate guards every attribute of the shared modules by identity.
 //! - **Messages** travel as JSON lines on a per-worker socketpair the worker inherits (no
 //!   filesystem path), never on stdout, in the typed envelope of [`protocol`] and within its
 //!   per-message and per-request bounds. Worker stdout/stderr are drained on threads into

@@ -28,7 +28,7 @@ pub const BYTES_PER_TIMED_CALL: usize = 256;
 /// round a digest, timings and a status line (about 200 bytes).
 pub const BYTES_PER_ROUND: usize = 1024;
 /// Characters of an error reply's `message` and of its `traceback` the workers send at most
-/// (head and tail kept; `kgcommon.error_reply`), so that a compiler's full output or a deep
+/// (head and tail kept; `kg_wire.error_reply`), so that a compiler's full output or a deep
 /// recursion cannot push a legitimate error past [`MESSAGE_BASE`].
 pub const ERROR_TEXT_LIMIT: usize = 32 * 1024;
 /// How many times one message's bound a request's messages may add up to (its asides and

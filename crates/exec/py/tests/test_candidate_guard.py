@@ -9,7 +9,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import candidate  # noqa: E402
-import kgcommon as kg  # noqa: E402
+import kg_wire  # noqa: E402
+import kg_inputs  # noqa: E402
 
 SOURCE = """
 import torch
@@ -33,11 +34,11 @@ def worker():
     """The candidate's globals as its `__main__` sets them at worker start."""
     candidate.HOOKS_AT_START = set()
     candidate.GC_CALLBACKS_AT_START = len(__import__("gc").callbacks)
-    candidate.GUARDED_CLASSES = ("kgcommon.SealedSets", "kgcommon.Channel", "kgcupti.Recorder", "torch.Tensor")
+    candidate.GUARDED_CLASSES = tuple(name for name, _ in candidate._guarded_classes())
     candidate.MODULE_ATTRS_AT_START = candidate._module_attrs()
     candidate.CUSTOM_GUARDS.clear()
     candidate.CUSTOM_SOURCES.clear()
-    kg.CUSTOM_MODULES.clear()
+    kg_inputs.CUSTOM_MODULES.clear()
     candidate.GUARDED = candidate._guarded()
     yield
     candidate.CUSTOM_GUARDS.clear()
@@ -45,8 +46,8 @@ def worker():
 
 
 def test_code_names_reach_helpers_and_aliased_modules():
-    fn = kg.custom_entry(SOURCE, "generate_inputs")
-    names = kg.code_names(fn)
+    fn = kg_inputs.custom_entry(SOURCE, "generate_inputs")
+    names = kg_inputs.code_names(fn)
     assert ("torch", "randperm") in names  # called by a helper of the module
     assert ("torch.nn.functional", "one_hot") in names  # through the alias F
 
@@ -79,9 +80,9 @@ def test_a_generator_module_the_solution_planted_in_the_cache_is_not_used(worker
 
     fake = types.ModuleType("fake")
     fake.generate_inputs = lambda a, dev: {"ids": torch.zeros(5, dtype=torch.long), "onehot": torch.zeros(5, 5)}
-    kg.CUSTOM_MODULES[hashlib.sha256(SOURCE.encode()).hexdigest()] = fake
+    kg_inputs.CUSTOM_MODULES[hashlib.sha256(SOURCE.encode()).hexdigest()] = fake
     candidate._guard_custom(SPEC)
-    ids, _ = kg.random_input_set(SPEC, 3, torch.device("cpu"))
+    ids, _ = kg_inputs.random_input_set(SPEC, 3, torch.device("cpu"))
     assert sorted(ids.tolist()) == [0, 1, 2, 3, 4]  # a permutation, not the planted zeros
     assert candidate._tampered() is None
 

@@ -1,4 +1,4 @@
-"""A v2 workload's per-output checks (`judge.compare_checks`, reached through compare_many with
+"""A v2 workload's per-output checks (`judge_compare.compare_checks`, reached through compare_many with
 {"checks": [...]}) on hand-made tensors: each check type's failure, its figures, and the
 places where a lax reading would let a wrong output through."""
 
@@ -11,6 +11,12 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import judge  # noqa: E402
+import judge_compare  # noqa: E402
+
+
+def compare(pairs, tol, inputs=None):
+    """judge_compare.compare_many for the definition and device the test set in judge.STATE."""
+    return judge_compare.compare_many(pairs, tol, judge.STATE["definition"], judge.STATE["device"], inputs)
 
 
 def numeric(**kw):
@@ -22,7 +28,7 @@ def numeric(**kw):
 def one(out, ref, check, dtype="float32"):
     judge.STATE["definition"] = {"outputs": {check["output"]: {"dtype": dtype}}}
     judge.STATE["device"] = torch.device("cpu")
-    return judge.compare_many([([out], [ref])], {"checks": [check]})[0]
+    return compare([([out], [ref])], {"checks": [check]})[0]
 
 
 def test_one_wrong_element_in_a_thousand_fails_a_v2_numeric_check():
@@ -84,7 +90,7 @@ def routing(ids_o, w_o, ids_r, w_r, gating, tie=1e-4):
     judge.STATE["device"] = torch.device("cpu")
     c = {"type": "topk_routing", "ids_output": "ids", "weights_output": "w", "gating_input": "g", "bias_input": None,
          "topk": 2, "tie_atol": tie, "weight_atol": 1e-3, "max_mismatch_ratio": 0.0}
-    return judge.compare_many([([ids_o, w_o], [ids_r, w_r])], {"checks": [c]}, [{"g": gating}])[0]
+    return compare([([ids_o, w_o], [ids_r, w_r])], {"checks": [c]}, [{"g": gating}])[0]
 
 
 def test_topk_routing_accepts_ties_and_order_and_refuses_other_experts():
@@ -109,4 +115,4 @@ def test_an_unknown_check_type_raises_rather_than_passes():
     judge.STATE["definition"] = {"outputs": {"y": {"dtype": "float32"}}}
     judge.STATE["device"] = torch.device("cpu")
     with pytest.raises(ValueError):
-        judge.compare_many([([torch.ones(2)], [torch.ones(2)])], {"checks": [{"type": "bitwise", "output": "y"}]})
+        compare([([torch.ones(2)], [torch.ones(2)])], {"checks": [{"type": "bitwise", "output": "y"}]})

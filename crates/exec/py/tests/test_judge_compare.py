@@ -1,4 +1,4 @@
-"""The judge's output comparison (`judge.compare_many`) on hand-made tensors: each failure it must
+"""The judge's output comparison (`judge_compare.compare_many`) on hand-made tensors: each failure it must
 report, and the figures it returns."""
 
 import math
@@ -10,6 +10,14 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import judge  # noqa: E402
+import judge_compare  # noqa: E402
+import kg_handover  # noqa: E402
+import kg_inputs  # noqa: E402
+
+
+def compare(pairs, tol, inputs=None):
+    """judge_compare.compare_many for the definition and device the test set in judge.STATE."""
+    return judge_compare.compare_many(pairs, tol, judge.STATE["definition"], judge.STATE["device"], inputs)
 
 TOL = {"max_atol": 1e-3, "max_rtol": 1e-3, "required_matched_ratio": 1.0}
 
@@ -21,7 +29,7 @@ def one_output():
 
 
 def check(out, ref, **tol):
-    return judge.compare_many([([out], [ref])], {**TOL, **tol})[0]
+    return compare([([out], [ref])], {**TOL, **tol})[0]
 
 
 def test_matching_outputs_pass_with_their_errors_reported():
@@ -69,7 +77,7 @@ def test_a_batch_of_rounds_is_checked_in_order_up_to_the_first_failure(tmp_path)
     judge.STATE["ref_rounds"] = {1: [torch.ones(3)], 2: [torch.ones(3)], 3: [torch.ones(3)]}
     path = str(tmp_path / "out.bin")
     # round 2 is wrong, round 3 wrong in shape: only round 2's failure is reported
-    judge.kg.write_outputs(path, [[torch.ones(3)], [torch.zeros(3)], [torch.ones(4)]], torch.device("cpu"))
+    kg_handover.write_outputs(path, [[torch.ones(3)], [torch.zeros(3)], [torch.ones(4)]], torch.device("cpu"))
     res = judge.op_check_rounds({"rounds": [1, 2, 3], "path": path, "tolerance": TOL})
     assert [r["status"] for r in res["results"]] == ["PASSED", "INCORRECT_NUMERICAL"]
 
@@ -77,7 +85,7 @@ def test_a_batch_of_rounds_is_checked_in_order_up_to_the_first_failure(tmp_path)
 def test_a_batch_that_hands_over_fewer_rounds_than_it_ran_is_a_runtime_error(tmp_path):
     judge.STATE["ref_rounds"] = {1: [torch.ones(3)], 2: [torch.ones(3)]}
     path = str(tmp_path / "out.bin")
-    judge.kg.write_outputs(path, [[torch.ones(3)]], torch.device("cpu"))
+    kg_handover.write_outputs(path, [[torch.ones(3)]], torch.device("cpu"))
     res = judge.op_check_rounds({"rounds": [1, 2], "path": path, "tolerance": TOL})
     assert res["results"][0]["status"] == "RUNTIME_ERROR" and "1 round output(s), 2 expected" in res["results"][0]["message"]
     # rounds the judge never prepared are a protocol error, not a verdict on the candidate
@@ -97,13 +105,13 @@ def test_rounds_compared_together_report_each_rounds_own_figures():
     r = [torch.ones(4), torch.arange(4)]
     off = [torch.tensor([1.0, 1.0, 1.0, 1.005]), torch.arange(4)]
     nan = [torch.tensor([1.0, math.nan, 1.0, 1.0]), torch.arange(4)]
-    res = judge.compare_many([(r, r), (off, r), (nan, r)], {**TOL, "required_matched_ratio": 0.7})
+    res = compare([(r, r), (off, r), (nan, r)], {**TOL, "required_matched_ratio": 0.7})
     assert [x["status"] for x in res] == ["PASSED", "PASSED", "INCORRECT_NUMERICAL"]
     assert res[0]["max_abs"] == 0.0 and res[1]["max_abs"] == pytest.approx(0.005, rel=1e-3)
     assert res[1]["matched_ratio"] == 0.75 and not res[1]["has_nan"] and res[2]["has_nan"]
     # each output separately: a wrong integer output fails on its own
     bad_i = [torch.ones(4), torch.tensor([0, 1, 2, 4])]
-    res = judge.compare_many([(r, r), (bad_i, r)], TOL)
+    res = compare([(r, r), (bad_i, r)], TOL)
     assert res[1]["status"] == "INCORRECT_NUMERICAL" and "output `i`" in res[1]["message"]
 
 
@@ -168,10 +176,10 @@ def test_custom_inputs_are_drawn_alike_by_the_judge_and_from_the_source_alone(tm
     ids, wt, scale = judge.STATE["ref_out"]["inputs"]
     assert ids[0] == 5 and wt.shape == (6, 3) and scale == 0.5
     # the candidate's side: a module built from the source alone
-    judge.kg.CUSTOM_MODULES.clear()
-    drawn = judge.kg.random_input_set(draws[0]["spec"], int(draws[0]["seed"]), torch.device("cpu"))
-    assert judge.kg.digest(drawn) == rep["digest"]
-    assert judge.kg.digest(judge.kg.random_input_set(draws[0]["spec"], int(draws[0]["seed"]) + 1,
+    kg_inputs.CUSTOM_MODULES.clear()
+    drawn = kg_inputs.random_input_set(draws[0]["spec"], int(draws[0]["seed"]), torch.device("cpu"))
+    assert kg_inputs.digest(drawn) == rep["digest"]
+    assert kg_inputs.digest(kg_inputs.random_input_set(draws[0]["spec"], int(draws[0]["seed"]) + 1,
                                                      torch.device("cpu"))) != rep["digest"]
 
 
@@ -190,17 +198,17 @@ def test_a_safetensors_input_is_read_from_its_file_beside_drawn_ones(tmp_path):
     assert judge.random_spec(w, shapes, {}) is None
     x, wt = judge.gen_inputs(w, shapes, {}, 7)
     assert torch.equal(wt, table)
-    drawn = judge.kg.random_input_set([{"name": "x", "dtype": "float32", "shape": [5]}], 7, torch.device("cpu"))
+    drawn = kg_inputs.random_input_set([{"name": "x", "dtype": "float32", "shape": [5]}], 7, torch.device("cpu"))
     assert torch.equal(x, drawn[0])
 
 
 def test_an_output_of_a_dtype_outside_the_table_is_a_dtype_error_not_unreadable(tmp_path):
     judge.STATE["ref_rounds"] = {1: [torch.ones(3)], 2: [torch.ones(3)]}
     path = str(tmp_path / "out.bin")
-    judge.kg.write_outputs(path, [[torch.ones(3, dtype=torch.complex64)]], torch.device("cpu"))
+    kg_handover.write_outputs(path, [[torch.ones(3, dtype=torch.complex64)]], torch.device("cpu"))
     res = judge.op_check_rounds({"rounds": [1], "path": path, "tolerance": TOL})["results"][0]
     assert res["status"] == "INCORRECT_DTYPE" and "complex64" in res["message"]
     # its shape is still checked first
-    judge.kg.write_outputs(path, [[torch.ones(4, dtype=torch.complex64)]], torch.device("cpu"))
+    kg_handover.write_outputs(path, [[torch.ones(4, dtype=torch.complex64)]], torch.device("cpu"))
     res = judge.op_check_rounds({"rounds": [2], "path": path, "tolerance": TOL})["results"][0]
     assert res["status"] == "INCORRECT_SHAPE"

@@ -9,7 +9,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import judge  # noqa: E402
-import kgcommon as kg  # noqa: E402
+import kg_wire  # noqa: E402
 import kgvmm  # noqa: E402
 
 
@@ -27,7 +27,7 @@ class Channel:
 def judge_state(monkeypatch):
     monkeypatch.setitem(judge.STATE, "device", torch.device("cpu"))
     judge.STATE.pop("pool", None)
-    monkeypatch.setattr(kg, "CHANNEL", [Channel()])
+    monkeypatch.setattr(kg_wire, "CHANNEL", [Channel()])
     yield
     judge.STATE.pop("pool", None)
 
@@ -42,7 +42,7 @@ def test_a_descriptor_that_never_comes_fails_the_handover():
 
 def test_a_descriptor_the_driver_refuses_fails_the_handover_and_is_closed(monkeypatch):
     fd = os.open(os.devnull, os.O_RDONLY)
-    kg.CHANNEL[:] = [Channel(fd)]
+    kg_wire.CHANNEL[:] = [Channel(fd)]
 
     def refuse(fd, size, device):
         raise kgvmm.VmmError("cuMemImportFromShareableHandle failed: CUDA_ERROR_INVALID_VALUE (1)")
@@ -73,7 +73,7 @@ def test_a_new_pool_replaces_the_open_one_and_outputs_are_read_from_it(monkeypat
     old = Pool(2 << 20, 0)
     judge.STATE["pool"] = old
     fd = os.open(os.devnull, os.O_RDONLY)
-    kg.CHANNEL[:] = [Channel(fd)]
+    kg_wire.CHANNEL[:] = [Channel(fd)]
     monkeypatch.setattr(kgvmm.Pool, "open", staticmethod(lambda fd, size, device: Pool(size, 1)))
     (outs,) = judge._candidate_outputs({"device": dict(DESC, **{"import": True})})
     assert old.closed and judge.STATE["pool"].size == 2 << 20

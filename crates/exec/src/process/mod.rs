@@ -34,7 +34,7 @@ use kg_proc::{drain, end_child_group, sweep_descendants};
 /// descendants unless they scrub their environment).
 pub const WORKER_TAG_ENV: &str = "KG_WORKER_TAG";
 /// The environment variable that tells a worker the number of its descriptor channel: the
-/// second socket, on which file descriptors travel (one per one-byte message; `kgcommon.Channel`).
+/// second socket, on which file descriptors travel (one per one-byte message; `kg_wire.Channel`).
 pub const FD_CHANNEL_ENV: &str = "KG_FD_CHANNEL";
 
 /// The environment entry (`NAME=value`) that marks every process of the worker tagged `tag`.
@@ -98,7 +98,7 @@ pub struct WorkerSpec {
     /// Interpreter.
     pub python: PathBuf,
     /// Script to run (`-I -B SCRIPT CHANNEL_FD PARENT_PID`: the protocol channel is inherited
-    /// under descriptor number `CHANNEL_FD`; `kgcommon.serve`).
+    /// under descriptor number `CHANNEL_FD`; `kg_wire.serve`).
     pub script: PathBuf,
     /// Working directory.
     pub cwd: PathBuf,
@@ -119,7 +119,7 @@ pub struct WorkerSpec {
     pub sys_path: Option<Vec<String>>,
 }
 
-/// The environment variable carrying a `-S` worker's import path (JSON list; `kgcommon`).
+/// The environment variable carrying a `-S` worker's import path (JSON list; `kg_wire`).
 pub const SYS_PATH_ENV: &str = "KG_SYS_PATH";
 
 /// The aside handler of a request that expects none: every aside gets an error reply.

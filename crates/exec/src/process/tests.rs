@@ -6,7 +6,7 @@ fn test_python() -> PathBuf {
     PathBuf::from(std::env::var("PYTHON_BIN").unwrap_or_else(|_| "python3".into()))
 }
 
-/// A worker over the real `kgcommon` channel that sends a descriptor of a file it opens
+/// A worker over the real `kg_wire` channel that sends a descriptor of a file it opens
 /// (`send`) or reads from the descriptor it receives (`recv`).
 fn fd_worker(dir: &Path, sandbox: Option<crate::sandbox::Sandbox>, label: &str) -> Worker {
     let py = dir.join(format!("py-{label}"));
@@ -15,7 +15,7 @@ fn fd_worker(dir: &Path, sandbox: Option<crate::sandbox::Sandbox>, label: &str) 
     std::fs::write(
         &script,
         format!(
-            "import os, sys\nsys.path.insert(0, {py:?})\nimport kgcommon as kg\n\
+            "import os, sys\nsys.path.insert(0, {py:?})\nimport kg_wire as kg\n\
              def send(req):\n    fd = os.open(req['path'], os.O_RDONLY)\n    \
              kg.CHANNEL[0].send_fd(fd)\n    os.close(fd)\n    return {{'result': 'ok'}}\n\
              def recv(req):\n    fd = kg.CHANNEL[0].recv_fd(5.0)\n    \

@@ -13,7 +13,11 @@ import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import kgcommon as kg  # noqa: E402
+import kg_wire  # noqa: E402
+import kg_env  # noqa: E402
+import kg_handover  # noqa: E402
+import kg_inputs  # noqa: E402
+import kg_timing  # noqa: E402
 import kgcupti  # noqa: E402
 
 
@@ -61,92 +65,94 @@ def test_span_runs_from_the_start_marker_to_the_last_end_across_streams():
     # the start event's time before the marker does not. Second call: two kernels, the
     # second on a side stream overlapping the first.
     ev = records([[(1_000, 5_000)], [(1_200, 4_000), (3_000, 6_000)]])
-    spans, why = kg.cupti_spans(ev, 2, True)
+    spans, why = kg_timing.cupti_spans(ev, 2, True)
     assert why is None
     assert spans == pytest.approx([0.006, 0.009])
 
 
 def test_our_copies_after_the_call_are_not_counted():
     ev = records([[(1_000, 5_000)]])
-    spans, _ = kg.cupti_spans(ev, 1, True)
+    spans, _ = kg_timing.cupti_spans(ev, 1, True)
     assert spans == pytest.approx([0.006])  # not the trailing memcpy
 
 
 def test_host_work_that_delays_the_first_kernel_is_counted_from_the_marker_end():
     # the call's first kernel starts 30 us after the marker: host work inside the call
     ev = records([[(30_000, 5_000)]])
-    spans, _ = kg.cupti_spans(ev, 1, True)
+    spans, _ = kg_timing.cupti_spans(ev, 1, True)
     assert spans == pytest.approx([0.035])
 
 
 def test_unsplittable_records_fall_back_with_a_reason():
     ev = records([[(1_000, 5_000)], [(1_000, 5_000)]])
-    spans, why = kg.cupti_spans(ev, 3, True)
+    spans, why = kg_timing.cupti_spans(ev, 3, True)
     assert spans is None and "spin kernels" in why
     # a call with no device activity at all (work done on the host) cannot be timed by CUPTI
     ev = records([[]])
-    spans, why = kg.cupti_spans(ev, 1, True)
+    spans, why = kg_timing.cupti_spans(ev, 1, True)
     assert spans is None and "no device activity" in why
-    spans, why = kg.cupti_spans(records([[(1_000, 5_000)]]), 1, False)
+    spans, why = kg_timing.cupti_spans(records([[(1_000, 5_000)]]), 1, False)
     assert spans is None and "spin" in why
 
 
 def test_a_candidate_spin_kernel_breaks_the_split_rather_than_shortening_it():
     ev = records([[(1_000, 5_000)]])
     ev.append(Ev(5, 0, 1, "spin_kernel"))
-    spans, why = kg.cupti_spans(ev, 1, True)
+    spans, why = kg_timing.cupti_spans(ev, 1, True)
     assert spans is None and "4 spin kernels" in why
 
 
 def test_call_kernels_names_only_what_ran_inside_the_timed_calls():
     ev = records([[(1_000, 5_000)], [(1_200, 4_000), (3_000, 6_000)]])
     # the flush fills and our trailing copies lie outside the calls and are not named
-    assert kg.cupti_call_kernels(ev) == {"candidate_kernel": 3}
-    assert kg.cupti_call_kernels(records([[]])) == {}
+    assert kg_timing.cupti_call_kernels(ev) == {"candidate_kernel": 3}
+    assert kg_timing.cupti_call_kernels(records([[]])) == {}
 
 
 def test_stash_copies_matching_outputs_and_keeps_mismatches_visible():
     dev = torch.device("cpu")
-    bufs = kg.alloc_like_spec([{"shape": [2, 3], "dtype": "float32"}, {"shape": None, "dtype": "int64"}], dev)
+    bufs = kg_handover.alloc_like_spec([{"shape": [2, 3], "dtype": "float32"}, {"shape": None, "dtype": "int64"}], dev)
     assert [tuple(b.shape) for b in bufs] == [(2, 3), ()]
     out = (torch.arange(6, dtype=torch.float32).view(2, 3), torch.tensor(7))
-    got = kg.stash_outputs(out, bufs)
+    got = kg_handover.stash_outputs(out, bufs)
     assert got is bufs and torch.equal(bufs[0], out[0]) and int(bufs[1]) == 7
     wrong_shape = [torch.zeros(3, 2), torch.tensor(7)]
-    assert kg.stash_outputs(wrong_shape, bufs) is wrong_shape
+    assert kg_handover.stash_outputs(wrong_shape, bufs) is wrong_shape
     wrong_dtype = [torch.zeros(2, 3, dtype=torch.float64), torch.tensor(7)]
-    assert kg.stash_outputs(wrong_dtype, bufs) is wrong_dtype
-    assert kg.stash_outputs([out[0]], bufs) == [out[0]]  # wrong count
+    assert kg_handover.stash_outputs(wrong_dtype, bufs) is wrong_dtype
+    assert kg_handover.stash_outputs([out[0]], bufs) == [out[0]]  # wrong count
 
     class Sub(torch.Tensor):
         pass
 
     sub = [torch.zeros(2, 3).as_subclass(Sub), torch.tensor(7)]
-    assert kg.stash_outputs(sub, bufs) is sub  # a subclass reaches the judge as is
+    assert kg_handover.stash_outputs(sub, bufs) is sub  # a subclass reaches the judge as is
 
 
 def test_cpu_timing_calls_after_outside_the_timed_span():
     seen = []
-    times, _ = kg.time_calls(lambda a: a * 2, [1, 2, 3], torch.device("cpu"), 0, 3, "cpu_wall",
-                             None, lambda a, r: seen.append((a, r)))
+    times, _ = kg_timing.time_calls(kg_timing.Calls(lambda a: a * 2, [1, 2, 3], lambda a, r: seen.append((a, r))),
+                                    kg_timing.timer_for("cpu_wall", torch.device("cpu"), 0, 3))
     assert len(times) == 3 and seen == [(1, 2), (2, 4), (3, 6)]
 
 
 def test_cpu_timing_names_the_set_of_each_sample():
     # The parent requires one sample per timed set whose key it handed out, in order.
-    times, notes = kg.time_calls(lambda a: a, [10, 11, 12], torch.device("cpu"), 0, 3, "cpu_wall")
+    times, notes = kg_timing.time_calls(kg_timing.Calls(lambda a: a, [10, 11, 12]),
+                                        kg_timing.timer_for("cpu_wall", torch.device("cpu"), 0, 3))
     assert notes["timed_index"] == [0, 1, 2] and len(times) == 3
     # Sets in rotation (the reference on clones): the index wraps as the sets do.
-    times, notes = kg.time_calls(lambda a: a, [10, 11], torch.device("cpu"), 1, 5, "cpu_wall")
+    times, notes = kg_timing.time_calls(kg_timing.Calls(lambda a: a, [10, 11]),
+                                        kg_timing.timer_for("cpu_wall", torch.device("cpu"), 1, 5))
     assert notes["timed_index"] == [0, 1, 0, 1, 0] and len(times) == 5
 
 
 def test_error_replies_are_clipped_to_the_parents_bound():
-    r = kg.error_reply("compile", "x" * 100_000, "t" * 100_000)
-    assert len(r["message"]) < kg.ERROR_TEXT_LIMIT + 100 and len(r["traceback"]) < kg.ERROR_TEXT_LIMIT + 100
+    r = kg_wire.error_reply("compile", "x" * 100_000, "t" * 100_000)
+    assert len(r["message"]) < kg_wire.ERROR_TEXT_LIMIT + 100 and len(r["traceback"]) < kg_wire.ERROR_TEXT_LIMIT + 100
     assert r["message"].startswith("x" * 100) and r["message"].endswith("x" * 100)
     assert "characters dropped" in r["message"]
-    short = kg.error_reply("runtime", "boom")
+    short = kg_wire.error_reply("runtime", "boom")
     assert short == {"result": "error", "kind": "runtime", "message": "boom"}
 
 
@@ -155,11 +161,11 @@ def test_channel_serves_on_an_inherited_descriptor_and_says_ready(monkeypatch):
 
     ours, theirs = socket.socketpair()
     monkeypatch.setattr(sys, "argv", ["worker.py", str(theirs.detach()), str(os.getppid())])
-    monkeypatch.setattr(kg, "CHANNEL", [])
-    monkeypatch.setattr(kg, "start_parent_watchdog", lambda: None)
+    monkeypatch.setattr(kg_wire, "CHANNEL", [])
+    monkeypatch.setattr(kg_wire, "start_parent_watchdog", lambda: None)
     ours.sendall(b'{"op": "echo", "x": 1}\n{"op": "shutdown"}\n')
-    kg.serve({"echo": lambda req: {"result": "ok", "x": req["x"]}})
-    chan = kg.CHANNEL[0]
+    kg_wire.serve({"echo": lambda req: {"result": "ok", "x": req["x"]}})
+    chan = kg_wire.CHANNEL[0]
     # Nothing a worker starts inherits the channel.
     assert not chan.sock.get_inheritable()
     chan.rfile.close()
@@ -173,10 +179,10 @@ def test_warm_up_runs_count_calls_or_stops_at_a_quarter_of_the_budget():
     import time
 
     calls = []
-    kg.warm_up(lambda: calls.append(1), torch.device("cpu"), 5)
+    kg_timing.warm_up(lambda: calls.append(1), torch.device("cpu"), 5)
     assert len(calls) == 5
     calls.clear()
-    kg.warm_up(lambda: (calls.append(1), time.sleep(0.02)), torch.device("cpu"), 1000, budget_s=0.2)
+    kg_timing.warm_up(lambda: (calls.append(1), time.sleep(0.02)), torch.device("cpu"), 1000, budget_s=0.2)
     assert 2 <= len(calls) <= 5  # stops once 0.05 s (a quarter of the budget) has passed
 
 
@@ -191,18 +197,18 @@ def test_warm_up_runs_count_calls_or_stops_at_a_quarter_of_the_budget():
     torch.randn(8, 6).t(),  # not contiguous
 ])
 def test_keystream_xor_seals_and_opens_every_dtype_and_shape(t):
-    sealed = kg.keystream_xor(t, 123456789, 2)
+    sealed = kg_inputs.keystream_xor(t, 123456789, 2)
     assert sealed.dtype == t.dtype and sealed.shape == t.shape
     raw = t.contiguous().reshape(-1).view(torch.uint8)
     if raw.numel() >= 8:
         # Sealed bytes differ from the plain ones (a keystream byte is 0 only 1 time in 256).
         assert (sealed.contiguous().reshape(-1).view(torch.uint8) != raw).float().mean() > 0.9
-    opened = kg.keystream_xor(sealed, 123456789, 2)
+    opened = kg_inputs.keystream_xor(sealed, 123456789, 2)
     assert torch.equal(opened.reshape(-1).view(torch.uint8), raw)
     if raw.numel() >= 8:
         # Another key or another tensor index opens nothing.
         for key, index in ((123456788, 2), (123456789, 3)):
-            wrong = kg.keystream_xor(sealed, key, index)
+            wrong = kg_inputs.keystream_xor(sealed, key, index)
             assert (wrong.reshape(-1).view(torch.uint8) != raw).float().mean() > 0.9
 
 
@@ -221,7 +227,7 @@ def test_time_calls_opens_each_set_just_before_its_call_on_the_cpu():
     def call(i):
         log.append(("call", i))
 
-    times, _ = kg.time_calls(call, Sets(), torch.device("cpu"), 0, 5, "cpu_wall")
+    times, _ = kg_timing.time_calls(kg_timing.Calls(call, Sets()), kg_timing.timer_for("cpu_wall", torch.device("cpu"), 0, 5))
     assert len(times) == 5
     assert log == [x for i in range(5) for x in (("open", i), ("call", i))]
 
@@ -229,7 +235,7 @@ def test_time_calls_opens_each_set_just_before_its_call_on_the_cpu():
 def test_sealed_sets_open_in_order_with_the_parents_keys(monkeypatch):
     plain = [[torch.randn(4, 8), 1e-6], [torch.randn(4, 8), 1e-6]]
     keys = [111, 222]
-    sealed = [[kg.keystream_xor(x, k, j) if isinstance(x, torch.Tensor) else x for j, x in enumerate(ins)]
+    sealed = [[kg_inputs.keystream_xor(x, k, j) if isinstance(x, torch.Tensor) else x for j, x in enumerate(ins)]
               for ins, k in zip(plain, keys)]
     asked = []
 
@@ -238,8 +244,8 @@ def test_sealed_sets_open_in_order_with_the_parents_keys(monkeypatch):
             asked.append(obj["index"])
             return {"key": str(keys[obj["index"]])}
 
-    monkeypatch.setattr(kg, "CHANNEL", [Parent()])
-    s = kg.SealedSets(sealed, extras=[("out0",), ("out1",)])
+    monkeypatch.setattr(kg_wire, "CHANNEL", [Parent()])
+    s = kg_inputs.SealedSets(sealed, extras=[("out0",), ("out1",)])
     assert len(s) == 2 and asked == []  # nothing opened before it is used
     ins, out, i = s[0]
     assert torch.equal(ins[0], plain[0][0]) and ins[1] == 1e-6 and (out, i) == ("out0", 0)
@@ -251,9 +257,9 @@ def test_sealed_sets_open_in_order_with_the_parents_keys(monkeypatch):
         def aside(self, obj):
             return {"error": "out of turn"}
 
-    monkeypatch.setattr(kg, "CHANNEL", [Refusing()])
+    monkeypatch.setattr(kg_wire, "CHANNEL", [Refusing()])
     with pytest.raises(RuntimeError, match="out of turn"):
-        kg.SealedSets(sealed)[0]
+        kg_inputs.SealedSets(sealed)[0]
 
 
 SPEC = [{"name": "x", "dtype": "bfloat16", "shape": [3, 40]},
@@ -265,17 +271,17 @@ SPEC = [{"name": "x", "dtype": "bfloat16", "shape": [3, 40]},
 
 def test_random_input_sets_are_a_function_of_their_seed():
     dev = torch.device("cpu")
-    a, b, c = (kg.random_input_set(SPEC, s, dev) for s in (7, 7, 8))
+    a, b, c = (kg_inputs.random_input_set(SPEC, s, dev) for s in (7, 7, 8))
     assert [type(v) for v in a] == [torch.Tensor, torch.Tensor, torch.Tensor, float, float]
     assert a[0].dtype == torch.bfloat16 and list(a[0].shape) == [3, 40] and a[4] == 1e-6
     assert (a[1] - 1.0).abs().max() < 0.6  # norm weights near 1
-    assert kg.digest(a) == kg.digest(b)  # same seed, same bytes: the judge and the candidate agree
+    assert kg_inputs.digest(a) == kg_inputs.digest(b)  # same seed, same bytes: the judge and the candidate agree
     assert all(torch.equal(x, y) for x, y in zip(a[:3], b[:3])) and a[3] == b[3]
-    assert kg.digest(a) != kg.digest(c) and not torch.equal(a[0], c[0])
+    assert kg_inputs.digest(a) != kg_inputs.digest(c) and not torch.equal(a[0], c[0])
     # The global generator does not enter: a solution drawing random numbers changes nothing.
     torch.manual_seed(123)
     torch.randn(100)
-    assert kg.digest(kg.random_input_set(SPEC, 7, dev)) == kg.digest(a)
+    assert kg_inputs.digest(kg_inputs.random_input_set(SPEC, 7, dev)) == kg_inputs.digest(a)
 
 
 def test_generated_sets_open_in_order_one_at_a_time(monkeypatch):
@@ -287,22 +293,22 @@ def test_generated_sets_open_in_order_one_at_a_time(monkeypatch):
             asked.append(obj["index"])
             return {"key": str(seeds[obj["index"]])}
 
-    monkeypatch.setattr(kg, "CHANNEL", [Parent()])
+    monkeypatch.setattr(kg_wire, "CHANNEL", [Parent()])
     dev = torch.device("cpu")
-    s = kg.SealedSets(None, extras=[("o0",), ("o1",), ("o2",)], generate=(SPEC, dev, 3))
+    s = kg_inputs.SealedSets(None, extras=[("o0",), ("o1",), ("o2",)], generate=(SPEC, dev, 3))
     assert len(s) == 3 and asked == []
     ins, out, i = s[0]
-    assert kg.digest(ins) == kg.digest(kg.random_input_set(SPEC, 41, dev)) and (out, i) == ("o0", 0)
+    assert kg_inputs.digest(ins) == kg_inputs.digest(kg_inputs.random_input_set(SPEC, 41, dev)) and (out, i) == ("o0", 0)
     s[0]
     assert asked == [0]  # the open set is kept for its call (pre, call, after)
-    assert kg.digest(s[1][0]) == kg.digest(kg.random_input_set(SPEC, 42, dev)) and asked == [0, 1]
+    assert kg_inputs.digest(s[1][0]) == kg_inputs.digest(kg_inputs.random_input_set(SPEC, 42, dev)) and asked == [0, 1]
     assert 0 not in s._open  # only the current set stays alive
 
 
 def test_late_first_starts_are_counted():
     ev = records([[(1_000, 5_000)], [(30_000, 5_000)], [(4_000, 1_000)]])
     late = []
-    spans, why = kg.cupti_spans(ev, 3, True, late)
+    spans, why = kg_timing.cupti_spans(ev, 3, True, late)
     assert why is None and late == [1]
     assert spans == pytest.approx([0.006, 0.035, 0.005])
 
@@ -310,27 +316,27 @@ def test_late_first_starts_are_counted():
 def test_digest_of_a_large_tensor_samples_it_and_still_tells_generators_apart():
     g = torch.Generator().manual_seed(7)
     a = torch.randn(1 << 20, generator=g)  # 4 MiB: sampled
-    assert kg.digest([a]) == kg.digest([a.clone()])
+    assert kg_inputs.digest([a]) == kg_inputs.digest([a.clone()])
     # another draw (a generator that differs changes every byte) is told apart
     b = torch.randn(1 << 20, generator=torch.Generator().manual_seed(8))
-    assert kg.digest([a]) != kg.digest([b])
+    assert kg_inputs.digest([a]) != kg_inputs.digest([b])
     # a change in a sampled chunk, the first or the last byte, is seen
     for i in (0, a.numel() - 1):
         c = a.clone()
         c[i] += 1.0
-        assert kg.digest([c]) != kg.digest([a]), i
+        assert kg_inputs.digest([c]) != kg_inputs.digest([a]), i
     # so is one at a chunk in the middle of the stride
-    stride = (a.numel() * 4 - kg.DIGEST_CHUNK) // (kg.DIGEST_CHUNKS - 1)
+    stride = (a.numel() * 4 - kg_inputs.DIGEST_CHUNK) // (kg_inputs.DIGEST_CHUNKS - 1)
     c = a.clone()
     c[4096 * stride // 4] += 1.0
-    assert kg.digest([c]) != kg.digest([a])
+    assert kg_inputs.digest([c]) != kg_inputs.digest([a])
     # dtype and shape are part of the digest, small tensors are hashed whole
-    assert kg.digest([a.view(2, -1)]) != kg.digest([a])
+    assert kg_inputs.digest([a.view(2, -1)]) != kg_inputs.digest([a])
     s = torch.arange(10)
     t = s.clone()
     t[5] = -1
-    assert kg.digest([s]) != kg.digest([t])
-    assert kg.digest([s, 3]) != kg.digest([s, 4])
+    assert kg_inputs.digest([s]) != kg_inputs.digest([t])
+    assert kg_inputs.digest([s, 3]) != kg_inputs.digest([s, 4])
 
 
 def test_calibration_brackets_recorded_last_are_left_out():
@@ -346,17 +352,17 @@ def test_calibration_brackets_recorded_last_are_left_out():
         ev.append(Ev(corr + 1, t + 142_000, t + 143_000, "spin_kernel"))
         corr, t = corr + 2, t + 200_000
     late = []
-    trailing = 2 * kg.SPINS_PER_CALIBRATION
-    parsed = kg._activities_and_spins(ev, trailing=trailing)
-    spans, why = kg.cupti_spans(ev, 2, True, late, parsed=parsed)
+    trailing = 2 * kg_timing.SPINS_PER_CALIBRATION
+    parsed = kg_timing._activities_and_spins(ev, trailing=trailing)
+    spans, why = kg_timing.cupti_spans(ev, 2, True, late, parsed=parsed)
     assert why is None and spans == pytest.approx([0.006, 0.032]) and late == [1]
-    assert kg.cupti_call_kernels(ev, parsed=parsed) == {"candidate_kernel": 2}
+    assert kg_timing.cupti_call_kernels(ev, parsed=parsed) == {"candidate_kernel": 2}
     # left in, the calibration spins break the split instead of lengthening a call
-    spans, why = kg.cupti_spans(ev, 2, True)
+    spans, why = kg_timing.cupti_spans(ev, 2, True)
     assert spans is None and "found 10 spin kernels" in why and "6 expected" in why
     # a candidate that adds a spin of its own is still caught by the count
     extra = ev + [Ev(corr, t, t + 10, "spin_kernel")]
-    spans, why = kg.cupti_spans(extra, 2, True, parsed=kg._activities_and_spins(extra, trailing=trailing))
+    spans, why = kg_timing.cupti_spans(extra, 2, True, parsed=kg_timing._activities_and_spins(extra, trailing=trailing))
     assert spans is None and "found 7 spin kernels" in why
 
 
@@ -419,15 +425,15 @@ def test_records_are_walked_by_learned_sizes_or_not_at_all():
 
 def test_records_check_refuses_a_layout_that_reads_wrong():
     good = [(5, 1_000, 2_000_000, "void at::cuda::spin_kernel(long)"), (6, 2_000_100, 2_000_300, "Memcpy DtoD")]
-    assert kg._records_check(good) is None
+    assert kg_timing._records_check(good) is None
     # names that do not read (a wrong name offset), nothing recorded
-    assert "did not read" in kg._records_check([(5, 1, 2, "?"), (6, 3, 4, "Memcpy DtoD")])
-    assert "did not read" in kg._records_check([])
+    assert "did not read" in kg_timing._records_check([(5, 1, 2, "?"), (6, 3, 4, "Memcpy DtoD")])
+    assert "did not read" in kg_timing._records_check([])
     # start and end read from the wrong place
-    assert "implausible" in kg._records_check([(5, 2_000, 1_000, good[0][3]), good[1]])
+    assert "implausible" in kg_timing._records_check([(5, 2_000, 1_000, good[0][3]), good[1]])
     # correlation ids read from the wrong place: not in launch order
-    assert "launch order" in kg._records_check([(9, *good[0][1:]), good[1]])
-    assert "copy started before" in kg._records_check([good[0], (6, 1_500, 1_600, "Memcpy DtoD")])
+    assert "launch order" in kg_timing._records_check([(9, *good[0][1:]), good[1]])
+    assert "copy started before" in kg_timing._records_check([good[0], (6, 1_500, 1_600, "Memcpy DtoD")])
 
 
 def test_demangler_reads_kernel_names_or_keeps_them():
@@ -453,8 +459,8 @@ def test_a_failed_layout_check_keeps_every_later_start_from_recording(monkeypatc
     # cupti_warmup's verdict sticks: the timing then falls back to events with this reason
     r = kgcupti.Recorder()
     monkeypatch.setattr(kgcupti, "RECORDER", r)
-    monkeypatch.setattr(kg, "_cupti_start", lambda: None)
-    monkeypatch.setattr(kg, "_cupti_stop", lambda keep=True: ([(1, 5, 9, "?")], None))
+    monkeypatch.setattr(kg_timing, "_cupti_start", lambda: None)
+    monkeypatch.setattr(kg_timing, "_cupti_stop", lambda keep=True: ([(1, 5, 9, "?")], None))
 
     class Cuda:
         @staticmethod
@@ -466,7 +472,7 @@ def test_a_failed_layout_check_keeps_every_later_start_from_recording(monkeypatc
             pass
 
     monkeypatch.setattr(torch, "cuda", Cuda)
-    why = kg.cupti_warmup(torch.device("cpu"))
+    why = kg_timing.cupti_warmup(torch.device("cpu"))
     assert "did not read" in why
     assert r.start().startswith("CUPTI unusable: CUPTI records did not read")
 
@@ -482,19 +488,19 @@ def test_outputs_file_round_trips_every_dtype_shape_and_string():
     ]
     with tempfile.TemporaryDirectory() as d:
         p = os.path.join(d, "o.bin")
-        kg.write_outputs(p, groups, torch.device("cpu"))
-        got = kg.read_outputs(p, torch.device("cpu"))
+        kg_handover.write_outputs(p, groups, torch.device("cpu"))
+        got = kg_handover.read_outputs(p, torch.device("cpu"))
     assert got[2] == "missing" and got[1][2] == "<class 'NoneType'>"
     for g, h in ((groups[0], got[0]), (groups[1][:2], got[1][:2]), (groups[3], got[3])):
         for a, b in zip(g, h):
             assert b.dtype == a.dtype and b.shape == a.shape and torch.equal(a, b)
 
 
-def _hostile(path, header, data=b"", magic=kg.OUTPUTS_MAGIC):
+def _hostile(path, header, data=b"", magic=kg_handover.OUTPUTS_MAGIC):
     head = json.dumps(header).encode()
     pre = magic + len(head).to_bytes(8, "little") + head
     with open(path, "wb") as f:
-        f.write(pre + bytes(kg._aligned(len(pre)) - len(pre)) + data)
+        f.write(pre + bytes(kg_handover._aligned(len(pre)) - len(pre)) + data)
 
 
 @pytest.mark.parametrize("header,data,why", [
@@ -511,43 +517,43 @@ def test_outputs_file_from_a_hostile_candidate_is_refused_with_the_reason(tmp_pa
     p = str(tmp_path / "o.bin")
     _hostile(p, header, data)
     with pytest.raises(ValueError, match=why):
-        kg.read_outputs(p, torch.device("cpu"))
+        kg_handover.read_outputs(p, torch.device("cpu"))
 
 
 def test_outputs_file_with_a_huge_header_or_another_magic_is_refused(tmp_path):
     p = str(tmp_path / "o.bin")
     with open(p, "wb") as f:
-        f.write(kg.OUTPUTS_MAGIC + (kg.OUTPUTS_HEADER_MAX + 1).to_bytes(8, "little"))
+        f.write(kg_handover.OUTPUTS_MAGIC + (kg_handover.OUTPUTS_HEADER_MAX + 1).to_bytes(8, "little"))
     with pytest.raises(ValueError, match="at most"):
-        kg.read_outputs(p, torch.device("cpu"))
+        kg_handover.read_outputs(p, torch.device("cpu"))
     _hostile(p, {"groups": []}, magic=b"PK\x03\x04xxxx")
     with pytest.raises(ValueError, match="not a kernelgate outputs file"):
-        kg.read_outputs(p, torch.device("cpu"))
+        kg_handover.read_outputs(p, torch.device("cpu"))
 
 
 def test_outputs_planted_as_a_symlink_or_a_fifo_are_refused_without_following_or_blocking(tmp_path):
     """The judge (maybe root) reads outputs from the candidate's own directory: a symlink there
     could point it at any file, a FIFO would block it until the workload's timeout."""
     real = tmp_path / "real.bin"
-    kg.write_outputs(str(real), [[torch.ones(4)]], torch.device("cpu"))
+    kg_handover.write_outputs(str(real), [[torch.ones(4)]], torch.device("cpu"))
     link = tmp_path / "out_0.bin"
     os.symlink(real, link)
     with pytest.raises(ValueError, match="cannot open"):
-        kg.read_outputs(str(link), torch.device("cpu"))
+        kg_handover.read_outputs(str(link), torch.device("cpu"))
     fifo = tmp_path / "out_1.bin"
     os.mkfifo(fifo)
     with pytest.raises(ValueError, match="not a regular file"):
-        kg.read_outputs(str(fifo), torch.device("cpu"))
-    assert kg.read_outputs(str(real), torch.device("cpu"))
+        kg_handover.read_outputs(str(fifo), torch.device("cpu"))
+    assert kg_handover.read_outputs(str(real), torch.device("cpu"))
 
 
 def test_outputs_read_on_the_cpu_are_not_overwritten_by_the_next_read(tmp_path):
     cpu = torch.device("cpu")
     a, b = str(tmp_path / "a.bin"), str(tmp_path / "b.bin")
-    kg.write_outputs(a, [[torch.ones(4)]], cpu)
-    kg.write_outputs(b, [[torch.zeros(4)]], cpu)
-    first = kg.read_outputs(a, cpu)
-    kg.read_outputs(b, cpu)
+    kg_handover.write_outputs(a, [[torch.ones(4)]], cpu)
+    kg_handover.write_outputs(b, [[torch.zeros(4)]], cpu)
+    first = kg_handover.read_outputs(a, cpu)
+    kg_handover.read_outputs(b, cpu)
     assert torch.equal(first[0][0], torch.ones(4))
 
 
@@ -555,8 +561,8 @@ def test_an_output_of_a_dtype_outside_the_table_is_named_not_read(tmp_path):
     p = str(tmp_path / "o.bin")
     # its bytes lie past the end: never read, since nothing is made of them
     _hostile(p, {"groups": [[{"dtype": "object", "shape": [2, 3], "offset": 0, "nbytes": 1 << 40}]]})
-    (o,), = kg.read_outputs(p, torch.device("cpu"))
-    assert isinstance(o, kg.ForeignTensor) and o.dtype_name == "object" and list(o.shape) == [2, 3]
+    (o,), = kg_handover.read_outputs(p, torch.device("cpu"))
+    assert isinstance(o, kg_handover.ForeignTensor) and o.dtype_name == "object" and list(o.shape) == [2, 3]
 
 
 class FakePool:
@@ -595,8 +601,8 @@ class FakeChannel:
 
 @pytest.fixture
 def fake_pools(monkeypatch):
-    monkeypatch.setattr(kg.kgvmm, "Pool", FakePool)
-    monkeypatch.setattr(kg, "_POOL", [])
+    monkeypatch.setattr(kg_handover.kgvmm, "Pool", FakePool)
+    monkeypatch.setattr(kg_handover, "_POOL", [])
     FakePool.made = []
     return FakePool.made
 
@@ -604,16 +610,16 @@ def fake_pools(monkeypatch):
 def test_device_outputs_reuse_one_pool_and_send_a_descriptor_only_for_a_new_one(fake_pools):
     cpu, chan = torch.device("cpu"), FakeChannel()
     small = [[torch.arange(10, dtype=torch.float32), torch.tensor([True, False])], "missing"]
-    d1 = kg.device_outputs(small, cpu, chan)
+    d1 = kg_handover.device_outputs(small, cpu, chan)
     assert (d1["pool"], d1["size"], chan.sent) == (1, 2 << 20, 1)
-    got = kg.read_device_outputs(d1, cpu, fake_pools[-1])
+    got = kg_handover.read_device_outputs(d1, cpu, fake_pools[-1])
     assert torch.equal(got[0][0], small[0][0]) and torch.equal(got[0][1], small[0][1]) and got[1] == "missing"
-    d2 = kg.device_outputs([[torch.ones(3)]], cpu, chan)  # fits: the same pool, no descriptor
+    d2 = kg_handover.device_outputs([[torch.ones(3)]], cpu, chan)  # fits: the same pool, no descriptor
     assert (d2["pool"], chan.sent, len(fake_pools)) == (1, 1, 1)
     big = [[torch.randn(700_000)]]  # 2.8 MB: a pool of 4 MiB, the old one released
-    d3 = kg.device_outputs(big, cpu, chan)
+    d3 = kg_handover.device_outputs(big, cpu, chan)
     assert (d3["pool"], d3["size"], chan.sent) == (2, 4 << 20, 2) and fake_pools[0].closed
-    got = kg.read_device_outputs(d3, cpu, fake_pools[-1])
+    got = kg_handover.read_device_outputs(d3, cpu, fake_pools[-1])
     # The judge's copy is its own: the candidate writing its pool afterwards changes nothing.
     fake_pools[-1].mem.zero_()
     assert torch.equal(got[0][0], big[0][0])
@@ -621,8 +627,8 @@ def test_device_outputs_reuse_one_pool_and_send_a_descriptor_only_for_a_new_one(
 
 def test_a_pool_whose_descriptor_cannot_be_sent_is_released_and_not_kept(fake_pools):
     with pytest.raises(OSError, match="no descriptor channel"):
-        kg.device_outputs([[torch.ones(3)]], torch.device("cpu"), FakeChannel(fail=True))
-    assert fake_pools[0].closed and kg._POOL == []
+        kg_handover.device_outputs([[torch.ones(3)]], torch.device("cpu"), FakeChannel(fail=True))
+    assert fake_pools[0].closed and kg_handover._POOL == []
 
 
 def test_device_outputs_are_checked_against_the_judges_own_pool_size_not_the_claimed_one():
@@ -630,26 +636,26 @@ def test_device_outputs_are_checked_against_the_judges_own_pool_size_not_the_cla
     desc = {"pool": 1, "size": 1 << 40,
             "groups": [[{"dtype": "float32", "shape": [1 << 19], "offset": 0, "nbytes": 1 << 21}]]}
     with pytest.raises(ValueError, match="past the end"):
-        kg.read_device_outputs(desc, torch.device("cpu"), pool)
+        kg_handover.read_device_outputs(desc, torch.device("cpu"), pool)
     with pytest.raises(ValueError, match="not described"):
-        kg.read_device_outputs([1], torch.device("cpu"), pool)
+        kg_handover.read_device_outputs([1], torch.device("cpu"), pool)
 
 
 def test_generated_inputs_follow_their_distribution_and_refuse_unknown_ones():
     gen = torch.Generator().manual_seed(3)
     dev = torch.device("cpu")
-    i = kg.generated_tensor({"type": "integer", "low": 2, "high": 5}, (4096,), torch.int64, dev, gen)
+    i = kg_inputs.generated_tensor({"type": "integer", "low": 2, "high": 5}, (4096,), torch.int64, dev, gen)
     assert i.dtype == torch.int64 and int(i.min()) == 2 and int(i.max()) == 4
-    c = kg.generated_tensor({"type": "constant", "value": 1.5}, (3,), torch.bfloat16, dev, gen)
+    c = kg_inputs.generated_tensor({"type": "constant", "value": 1.5}, (3,), torch.bfloat16, dev, gen)
     assert c.dtype == torch.bfloat16 and bool((c == 1.5).all())
-    b = kg.generated_tensor({"type": "bernoulli", "probability": 0.25}, (20000,), torch.float32, dev, gen)
+    b = kg_inputs.generated_tensor({"type": "bernoulli", "probability": 0.25}, (20000,), torch.float32, dev, gen)
     assert set(b.unique().tolist()) <= {0.0, 1.0} and abs(float(b.mean()) - 0.25) < 0.02
-    s = kg.generated_tensor({"type": "simplex", "axis": -1, "temperature": 1.0}, (5, 7), torch.float32, dev, gen)
+    s = kg_inputs.generated_tensor({"type": "simplex", "axis": -1, "temperature": 1.0}, (5, 7), torch.float32, dev, gen)
     assert torch.allclose(s.sum(-1), torch.ones(5))
-    u = kg.generated_tensor({"type": "uniform", "low": -1.0, "high": -0.5}, (1000,), torch.float32, dev, gen)
+    u = kg_inputs.generated_tensor({"type": "uniform", "low": -1.0, "high": -0.5}, (1000,), torch.float32, dev, gen)
     assert float(u.min()) >= -1.0 and float(u.max()) < -0.5
     with pytest.raises(ValueError):
-        kg.generated_tensor({"type": "zipf"}, (3,), torch.float32, dev, gen)
+        kg_inputs.generated_tensor({"type": "zipf"}, (3,), torch.float32, dev, gen)
 
 
 def test_nvidia_driver_version_is_read_from_the_kernel_modules_proc_text():
@@ -657,10 +663,10 @@ def test_nvidia_driver_version_is_read_from_the_kernel_modules_proc_text():
         "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu Oct 30 2025\n"
         "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
     )
-    assert kg._nvidia_driver_from_proc(text) == "580.159.04"
-    assert kg._nvidia_driver_from_proc("GCC version: 12.2.0\n") is None
+    assert kg_env._nvidia_driver_from_proc(text) == "580.159.04"
+    assert kg_env._nvidia_driver_from_proc("GCC version: 12.2.0\n") is None
 
 
 def test_no_driver_version_on_the_cpu():
-    assert kg.driver_version(torch.device("cpu")) is None
-    assert "driver" not in kg.environment(torch.device("cpu"))["libs"]
+    assert kg_env.driver_version(torch.device("cpu")) is None
+    assert "driver" not in kg_env.environment(torch.device("cpu"))["libs"]
