@@ -37,9 +37,9 @@ use indexmap::IndexMap;
 use kg_contract::chain;
 use kg_contract::{Problem, Status, Trace, exit, load_solution};
 use kg_exec::corpus::{self, CpuEstimate, SolCoverage, SolutionSource};
-use kg_exec::device::{AcquireOptions, Acquired, GpuSet};
 use kg_exec::engine::{ExecError, check_languages};
 use kg_exec::lanes::Lane;
+use kg_exec::placement::{AcquireOptions, Acquired, GpuSet};
 use kg_exec::runner::{
     BuildEnd, CorpusPlan, CorpusRunner, PlanOptions, Reporter, RunConfig, RunEvent, RunnerError,
     SkipReason,

@@ -50,7 +50,7 @@ pub(crate) fn prepare_env(env: &EnvArgs) -> Result<(kg_exec::Interpreter, Acquir
     let request: DeviceRequest = env.device.parse().map_err(|e: String| usage(anyhow!(e)))?;
     let (interp, info) = interpreter(env)?;
     let acquired =
-        kg_exec::device::acquire(request, &info, &acquire_options(env)).map_err(usage)?;
+        kg_exec::placement::acquire(request, &info, &acquire_options(env)).map_err(usage)?;
     announce(&acquired);
     Ok((interp, acquired))
 }
@@ -71,7 +71,7 @@ pub(crate) fn prepare_lanes(
     }
     let (interp, info) = interpreter(env)?;
     let (lanes, notice) =
-        kg_exec::device::acquire_lanes(&set, &info, &acquire_options(env)).map_err(usage)?;
+        kg_exec::placement::acquire_lanes(&set, &info, &acquire_options(env)).map_err(usage)?;
     if let Some(n) = notice {
         eprintln!("notice: {n}");
     }

@@ -13,30 +13,12 @@ use std::time::{Duration, Instant};
 use kg_contract::{Status, Trace};
 use kg_test_support::{python, workspace};
 
+mod common;
+use common::{FAST, kg};
+
 fn fixtures() -> PathBuf {
     workspace().join("crates/exec/tests/fixtures")
 }
-
-/// A kg-bench command with its own TMPDIR (so its workers can be found in /proc).
-fn kg(py: &Path, tmp: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_kg-bench"));
-    c.env("TMPDIR", tmp)
-        .env("PYTHON_BIN", py)
-        .env_remove("CI_DEVICE")
-        .current_dir(workspace());
-    c
-}
-
-const FAST: [&str; 8] = [
-    "--device",
-    "cpu",
-    "--rounds",
-    "2",
-    "--iterations",
-    "3",
-    "--warmup",
-    "1",
-];
 
 /// Pids of live (non-zombie) processes whose command line mentions `needle`.
 fn processes_mentioning(needle: &str) -> Vec<u32> {

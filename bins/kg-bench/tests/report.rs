@@ -16,6 +16,9 @@ use std::time::Instant;
 use kg_contract::{Status, Trace};
 use kg_test_support::{python, workspace};
 
+mod common;
+use common::kg;
+
 const PROBLEMS: [&str; 3] = [
     "gelu_tanh_bf16_gemma2_2b",
     "rmsnorm_bf16_qwen2_5_0_5b",
@@ -41,15 +44,6 @@ fn chromium() -> PathBuf {
             "chromium is not installed: `apt-get install -y chromium` (Debian; as root) or put chromium / chromium-browser / google-chrome on PATH; the report's browser test needs a real browser"
         ),
     }
-}
-
-fn kg(py: &Path, tmp: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_kg-bench"));
-    c.env("TMPDIR", tmp)
-        .env("PYTHON_BIN", py)
-        .env_remove("CI_DEVICE")
-        .current_dir(workspace());
-    c
 }
 
 fn ok(o: Output, what: &str) -> Output {

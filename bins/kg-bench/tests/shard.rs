@@ -6,33 +6,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-use kg_test_support::{copy_tree, python, workspace};
+use kg_test_support::{copy_tree, python};
 use serde_json::Value;
 
-const FAST: [&str; 8] = [
-    "--device",
-    "cpu",
-    "--rounds",
-    "2",
-    "--iterations",
-    "3",
-    "--warmup",
-    "1",
-];
+mod common;
+use common::{FAST, kg};
 
 fn corpus() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/same_name")
-}
-
-fn kg(py: &Path, tmp: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_kg-bench"));
-    c.env("TMPDIR", tmp)
-        .env("PYTHON_BIN", py)
-        .env_remove("CI_DEVICE")
-        .current_dir(workspace());
-    c
 }
 
 fn text(o: &Output) -> String {

@@ -185,7 +185,7 @@ mod tests {
 
     #[test]
     fn a_claimed_device_run_holds_l2_per_workload_and_a_cpu_run_does_not() {
-        use crate::device::DeviceChoice;
+        use crate::placement::DeviceChoice;
         let dir = tempfile::tempdir().unwrap();
         let lock = dir.path().join("gpu-x.L2-execution.lock");
         let mut opts = EvalOptions::new(DeviceChoice::Rocm(0));

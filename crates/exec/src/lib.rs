@@ -63,11 +63,11 @@
 
 pub mod build;
 pub mod corpus;
-pub mod device;
 pub mod engine;
 pub mod integrity;
 pub mod l2;
 pub mod lanes;
+pub mod placement;
 pub mod process;
 pub mod protocol;
 /// Interpreter discovery and probe ([`kg_python`]).
@@ -79,10 +79,10 @@ pub mod scripts;
 pub mod shard;
 pub mod toolchain;
 
-pub use device::{DeviceChoice, DeviceRequest};
 pub use engine::{
     EvalOptions, Evaluated, Event, ExecError, Prestart, Session, SolFloor, TimingChoice,
 };
+pub use placement::{DeviceChoice, DeviceRequest};
 pub use process::CancelToken;
 pub use python::{
     Interpreter, ProbeInfo, PythonRequest, find_python, find_python_env, find_python_in, probe,

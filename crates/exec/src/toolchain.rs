@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use kg_contract::Solution;
 
-use crate::device::DeviceChoice;
+use crate::placement::DeviceChoice;
 
 /// Languages whose sources are built by `torch.utils.cpp_extension` (nvcc, ninja, a C++
 /// compiler).

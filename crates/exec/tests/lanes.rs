@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use kg_contract::{Status, Trace};
 use kg_exec::corpus::{Resume, SolutionSource};
-use kg_exec::device::{AcquireOptions, Acquired, GpuSet, acquire_lanes_with};
 use kg_exec::lanes::Lane;
+use kg_exec::placement::{AcquireOptions, Acquired, GpuSet, acquire_lanes_with};
 use kg_exec::runner::{CorpusPlan, CorpusRunner, PlanOptions, RunConfig, RunEvent, RunnerError};
 use kg_exec::{CancelToken, DeviceChoice, EvalOptions, ProbeInfo};
 

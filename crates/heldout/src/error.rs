@@ -71,7 +71,7 @@ pub enum HeldoutError {
     )]
     DeviceUnusable {
         /// What the probe found.
-        problem: crate::device::DeviceProblem,
+        problem: crate::gpu_probe::DeviceProblem,
     },
     /// Bad command-line input.
     #[error("{0}")]

@@ -18,7 +18,7 @@
 //!   orig, opt, …; the held-out speedup is the median of the cross-run speedups with a
 //!   distribution-free (Mann–Whitney) interval, and a gain, loss or retention change is
 //!   called only when that interval excludes 1.0.
-//! - [`device`]: whether the interpreter's torch sees a GPU, asked before any task runs and
+//! - [`gpu_probe`]: whether the interpreter's torch sees a GPU, asked before any task runs and
 //!   again after a task with a failing side; with none, nothing is scored.
 //! - [`python`]: routes `python`/`pytest` task commands through the chosen interpreter.
 //!
@@ -31,10 +31,10 @@
 //! numerical correctness (the task's correctness command does).
 
 pub mod agent;
-pub mod device;
 pub mod error;
 pub mod eval;
 pub mod generate;
+pub mod gpu_probe;
 pub mod perf;
 pub mod python;
 pub mod runner;

@@ -458,12 +458,12 @@ fn evaluate(
         let interp = kg_exec::find_python_env(Some(&python), &cwd).map_err(|e| e.to_string())?;
         let (info, _) = kg_exec::probe_cached(&interp, &kg_exec::engine::default_cache_dir())
             .map_err(|e| e.to_string())?;
-        let acquired = kg_exec::device::acquire(
+        let acquired = kg_exec::placement::acquire(
             request,
             &info,
-            &kg_exec::device::AcquireOptions {
+            &kg_exec::placement::AcquireOptions {
                 command: vec!["python: kernelgate.evaluate".into()],
-                ..kg_exec::device::AcquireOptions::default()
+                ..kg_exec::placement::AcquireOptions::default()
             },
         )
         .map_err(|e| e.to_string())?;

@@ -7,7 +7,7 @@ use super::*;
 /// environment).
 pub fn toolchain_check(
     sol: &Solution,
-    device: &crate::device::DeviceChoice,
+    device: &crate::placement::DeviceChoice,
     python: &Path,
 ) -> Result<(), ExecError> {
     match crate::toolchain::missing_for(sol, device, python, &|k| std::env::var_os(k)) {

@@ -20,8 +20,8 @@ use kg_contract::{
 use kg_proc::now_utc as now_iso;
 use serde_json::{Value, json};
 
-use crate::device::DeviceChoice;
 use crate::integrity;
+use crate::placement::DeviceChoice;
 use crate::process::{CancelToken, Worker, WorkerError, WorkerSpec, tail};
 use crate::protocol::{Aside, AsideReply, Bounds};
 use crate::python::Interpreter;

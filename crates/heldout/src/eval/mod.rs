@@ -215,7 +215,7 @@ fn run_queue(
                 let mut r = task::evaluate_task(opts, &q, &out_ws, &task_dir, device);
                 if opts.device == DeviceMode::Gpu
                     && result::needs_device_recheck(&r)
-                    && let Err(problem) = crate::device::probe(&opts.python)
+                    && let Err(problem) = crate::gpu_probe::probe(&opts.python)
                 {
                     let why = problem.to_string();
                     result::mark_device_unusable(&mut r, &why);

@@ -165,7 +165,7 @@ pub(super) fn device_for(opts: &EvalOptions) -> Result<DeviceInfo, HeldoutError>
             name: None,
             torch: None,
         },
-        DeviceMode::Gpu => crate::device::probe(&opts.python)
+        DeviceMode::Gpu => crate::gpu_probe::probe(&opts.python)
             .map_err(|problem| HeldoutError::DeviceUnusable { problem })?,
     })
 }
