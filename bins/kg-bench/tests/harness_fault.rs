@@ -12,6 +12,9 @@ use std::process::{Command, Output};
 use kg_contract::{RetryReason, Status, Trace};
 use kg_test_support::{python, workspace};
 
+mod common;
+use common::FAST;
+
 /// `kg-bench evaluate PROBLEM --solution reference` on the CPU with `fault` injected, writing
 /// its traces to `out`.
 fn evaluate(problem: &str, fault: &str, out: &Path, extra: &[&str]) -> Output {
@@ -25,16 +28,7 @@ fn evaluate(problem: &str, fault: &str, out: &Path, extra: &[&str]) -> Output {
         .arg("evaluate")
         .arg(workspace().join("crates/exec/tests/fixtures").join(problem))
         .args(["--solution", "reference", "--max-workloads", "2"])
-        .args([
-            "--device",
-            "cpu",
-            "--rounds",
-            "2",
-            "--iterations",
-            "3",
-            "--warmup",
-            "1",
-        ])
+        .args(FAST)
         .args(extra)
         .arg("-o")
         .arg(out)

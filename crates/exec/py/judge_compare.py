@@ -69,6 +69,15 @@ def _rows(ts):
     return ts[0].unsqueeze(0) if len(ts) == 1 else torch.stack(ts)
 
 
+def _verdict(res, fail):
+    """`res` with its status: PASSED, or INCORRECT_NUMERICAL saying `fail` (why, or None)."""
+    res["status"] = "INCORRECT_NUMERICAL" if fail else "PASSED"
+    if fail:
+        res["message"] = fail
+        res["reason"] = "numerical_mismatch"
+    return res
+
+
 def compare_many(pairs, tol, definition, dev, inputs=None):
     """Check results (status + metrics) for (outputs, reference outputs) pairs, in order, ending
     at the first that did not pass. The rounds' elementwise work is done for all pairs at once,
@@ -119,11 +128,7 @@ def compare_many(pairs, tol, definition, dev, inputs=None):
                 fail = fail or f"output `{n}`: max abs error {max_abs:.6g} exceeds max_error_cap {cap}"
             if out_zero and ref_nonzero:
                 fail = fail or f"output `{n}` is all zeros but the reference is not"
-        res["status"] = "INCORRECT_NUMERICAL" if fail else "PASSED"
-        if fail:
-            res["message"] = fail
-            res["reason"] = "numerical_mismatch"
-        results.append(res)
+        results.append(_verdict(res, fail))
         if fail:
             return results
     if stop is not None:
@@ -414,11 +419,7 @@ def compare_checks(pairs, checks, definition, dev, inputs=None):
                 res["matched_ratio"] = min(res["matched_ratio"], figs["matched_ratio"])
             if not ok and fail is None:
                 fail = f"checks[{i}] ({c['type']}): {why}"
-        res["status"] = "INCORRECT_NUMERICAL" if fail else "PASSED"
-        if fail:
-            res["message"] = fail
-            res["reason"] = "numerical_mismatch"
-        results.append(res)
+        results.append(_verdict(res, fail))
         if fail:
             return results
     if stop is not None:
