@@ -43,10 +43,10 @@ STATE = {"fn": None, "dps": True, "device": None, "spec": None, "timed": None}
 
 def _guarded():
     """Everything the harness calls between handing out a timed set's key and the start of that
-    call's timed span, and the timers, syncs and savers it relies on, by name: functions (with
-    their code objects, which can be swapped in place), the methods of the classes involved, and
-    the worker's channel. Snapshot when the worker starts and again at `hello`, before any
-    solution code has run."""
+    call's timed span, and the timers, syncs and savers it relies on, by name, beyond the
+    namespaces of `_namespace_snapshot`: functions (with their code objects, which can be
+    swapped in place), the CUPTI recorder's library and the worker's channel. Snapshot when the
+    worker starts and again at `hello`, before any solution code has run."""
     import json
     import time
 
@@ -79,13 +79,10 @@ def _guarded():
         "torch.cuda.Event.synchronize": torch.cuda.Event.synchronize,
         "candidate._tampered": _tampered,
         "candidate._hooks": _hooks,
+        # The two halves of the check guard each other.
+        "candidate._namespace_changes": _namespace_changes,
+        "candidate._guarded_in_class": _guarded_in_class,
     }
-    for m in HARNESS_MODULES:
-        out.update((f"{m.__name__}.{k}", v) for k, v in vars(m).items() if not k.startswith("__"))
-    for name, cls in _guarded_classes():
-        for k, v in vars(cls).items():
-            if callable(v) or isinstance(v, (staticmethod, classmethod, property)):
-                out[f"{name}.{k}"] = v
     # The recorder's library and callbacks (loaded at hello, before any solution code), not
     # its record lists, which every start and stop replace.
     for k in ("lib", "_req", "_done", "_lock", "_demangle", "_sizes"):
@@ -104,6 +101,44 @@ def _guarded():
         if code is not None:
             out[f"{k}.__code__"] = code
     return out
+
+
+def _guarded_in_class(v):
+    return callable(v) or isinstance(v, (staticmethod, classmethod, property))
+
+
+def _namespace_snapshot():
+    """(prefix, namespace, {attribute: (value, its code object or None)}, is a class) for every
+    attribute of the harness modules and every method of the guarded classes: checked straight
+    against each namespace (`_namespace_changes`), so a check builds no names."""
+    out = []
+    for m in HARNESS_MODULES:
+        ns = vars(m)
+        out.append((m.__name__, ns, {k: (v, getattr(v, "__code__", None)) for k, v in ns.items()
+                                     if not k.startswith("__")}, False))
+    for name, cls in _guarded_classes():
+        ns = vars(cls)
+        out.append((name, ns, {k: (v, getattr(v, "__code__", None)) for k, v in ns.items()
+                               if _guarded_in_class(v)}, True))
+    return out
+
+
+_MISSING = object()
+
+
+def _namespace_changes():
+    """(replaced, added): guarded attributes whose object (or its code object) is not the one in
+    the snapshot, and methods added to a guarded class since."""
+    bad, added = [], []
+    for prefix, ns, want, is_class in NAMESPACES:
+        for k, (v, code) in want.items():
+            if ns.get(k, _MISSING) is not v:
+                bad.append(f"{prefix}.{k}")
+            elif code is not None and getattr(v, "__code__", None) is not code:
+                bad.append(f"{prefix}.{k}.__code__")
+        if is_class and len(ns) != len(want):
+            added += [f"{prefix}.{k}" for k, v in list(ns.items()) if k not in want and _guarded_in_class(v)]
+    return bad, added
 
 
 # Custom input generators drawn with: guarded names -> (module, attribute), and the source
@@ -192,9 +227,8 @@ def _tampered():
     """What the solution changed in the harness since the worker started (None if nothing):
     guarded objects replaced (or methods added to the guarded classes) and execution hooks."""
     now = _guarded()
-    bad = [k for k, v in GUARDED.items() if now.get(k) is not v]
-    added = [k for k in now if k not in GUARDED and not k.endswith(".__code__")
-             and k.rsplit(".", 1)[0] in GUARDED_CLASSES]
+    bad, added = _namespace_changes()
+    bad += [k for k, v in GUARDED.items() if now.get(k) is not v]
     hooks = _hooks()
     parts = []
     for verb, names in (("replaced", bad), ("added", added)):
@@ -226,6 +260,7 @@ def op_hello(req):
             STATE["cupti_warmup"] = t
     STATE["device"] = dev
     GUARDED.update(_guarded())  # now with the channel; no solution code has run yet
+    NAMESPACES[:] = _namespace_snapshot()
     return reply
 
 
@@ -751,9 +786,9 @@ if __name__ == "__main__":
 
     HOOKS_AT_START = {t for t in range(6) if getattr(sys, "monitoring", None) and sys.monitoring.get_tool(t) is not None}
     GC_CALLBACKS_AT_START = len(gc.callbacks)
-    GUARDED_CLASSES = tuple(name for name, _ in _guarded_classes())
     MODULE_ATTRS_AT_START = _module_attrs()
     GUARDED = _guarded()
+    NAMESPACES = _namespace_snapshot()
 
     faulthandler.enable()
     kg_wire.serve({

@@ -1,8 +1,10 @@
-"""The candidate's guard over what a problem's own input generator calls: in the untimed draw
-before each timed call, a replaced function it calls would run solution code with the set open."""
+"""The candidate's guard: over what a problem's own input generator calls (in the untimed draw
+before each timed call, a replaced function it calls would run solution code with the set open),
+and over every attribute of the harness's own modules and classes."""
 
 import os
 import sys
+import types
 
 import pytest
 import torch
@@ -34,12 +36,12 @@ def worker():
     """The candidate's globals as its `__main__` sets them at worker start."""
     candidate.HOOKS_AT_START = set()
     candidate.GC_CALLBACKS_AT_START = len(__import__("gc").callbacks)
-    candidate.GUARDED_CLASSES = tuple(name for name, _ in candidate._guarded_classes())
     candidate.MODULE_ATTRS_AT_START = candidate._module_attrs()
     candidate.CUSTOM_GUARDS.clear()
     candidate.CUSTOM_SOURCES.clear()
     kg_inputs.CUSTOM_MODULES.clear()
     candidate.GUARDED = candidate._guarded()
+    candidate.NAMESPACES = candidate._namespace_snapshot()
     yield
     candidate.CUSTOM_GUARDS.clear()
     candidate.CUSTOM_SOURCES.clear()
@@ -102,3 +104,32 @@ def test_an_attribute_made_afresh_on_every_access_is_not_guarded(worker):
         assert candidate._tampered() is None
     finally:
         del sys.modules["kg_lazy_fixture"]
+
+
+def test_any_attribute_of_the_harness_modules_replaced_swapped_or_added_is_tampering(worker, monkeypatch):
+    import time
+
+    import kg_timing
+
+    assert candidate._tampered() is None
+    # A module's imported module (the clock it reads), a class's method, a constant.
+    monkeypatch.setattr(kg_timing, "time", types.SimpleNamespace(perf_counter=time.perf_counter))
+    monkeypatch.setattr(kg_timing.EventTimer, "_bracket", lambda *a, **k: ([], []))
+    monkeypatch.setattr(kg_timing, "CALIBRATION_SPIN_SHARE", 0.0)
+    got = candidate._tampered() or ""
+    for name in ("kg_timing.time", "kg_timing.EventTimer._bracket", "kg_timing.CALIBRATION_SPIN_SHARE"):
+        assert name in got, got
+    monkeypatch.undo()
+    assert candidate._tampered() is None
+    # A function's code swapped in place (the function object stays), a method added.
+    f = kg_inputs.keystream_xor
+    code = f.__code__
+    f.__code__ = (lambda t, key, index: t).__code__
+    kg_inputs.SealedSets.peek = lambda self, i: None
+    try:
+        got = candidate._tampered() or ""
+        assert "replaced kg_inputs.keystream_xor.__code__" in got and "added kg_inputs.SealedSets.peek" in got, got
+    finally:
+        f.__code__ = code
+        del kg_inputs.SealedSets.peek
+    assert candidate._tampered() is None
