@@ -12,7 +12,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use kg_contract::Problem;
-use kg_solar::Backend;
+use kg_solar::ExtractionPath;
 use kg_solar::analysis::{analysis_dir, analyze_batch, write_analysis};
 
 const USAGE: &str = "usage: cargo xtask release --corpus DIR --hardware NAME [--device D] [--backend aten|fx] [--candidate reference|bundled|DIR] [--timing default|events] [--kg-bench PATH] [--python PATH] -o OUT";
@@ -21,7 +21,7 @@ struct Opts {
     corpus: PathBuf,
     hardware: String,
     device: String,
-    backend: Backend,
+    backend: ExtractionPath,
     candidate: String,
     /// `kg-bench run --timing` for both runs (`default` or `events`).
     timing: String,
@@ -35,7 +35,7 @@ fn parse(args: &[String]) -> Result<Opts> {
         corpus: PathBuf::new(),
         hardware: String::new(),
         device: "auto".into(),
-        backend: Backend::Aten,
+        backend: ExtractionPath::Aten,
         candidate: "reference".into(),
         timing: "default".into(),
         kg_bench: None,
@@ -55,8 +55,8 @@ fn parse(args: &[String]) -> Result<Opts> {
             "--device" => o.device = val()?,
             "--backend" => {
                 o.backend = match val()?.as_str() {
-                    "aten" => Backend::Aten,
-                    "fx" => Backend::Fx,
+                    "aten" => ExtractionPath::Aten,
+                    "fx" => ExtractionPath::Fx,
                     other => bail!("unknown backend `{other}`; expected aten or fx"),
                 }
             }
@@ -182,7 +182,7 @@ pub fn release(root: &Path, args: &[String]) -> Result<()> {
     // 2. solar analyze every workload (one interpreter start).
     let hw = kg_solar::hardware::load(&o.hardware)?;
     let python = kg_exec::find_python_env(o.python.as_deref(), root)?.path;
-    let items: Vec<(&Problem, usize, Backend)> = problems
+    let items: Vec<(&Problem, usize, ExtractionPath)> = problems
         .iter()
         .flat_map(|p| (0..p.workloads.len()).map(move |i| (p, i, o.backend)))
         .collect();

@@ -273,6 +273,14 @@ impl Progress {
     }
 }
 
+/// A run that ends on an error (or a panic) clears the bar too, so the error is not printed
+/// over it.
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
 /// Warns before a CPU run estimated at more than [`LONG_RUN_S`], with what the usual
 /// shortening flags would make of it; says the estimate of one over a minute.
 pub(crate) fn warn_if_long(e: &CpuEstimate) {

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use kg_contract::Problem;
-use kg_solar::Backend;
+use kg_solar::ExtractionPath;
 use kg_solar::analysis::{analysis_dir, analyze_batch, write_analysis};
 
 /// SOL analysis subcommands.
@@ -17,7 +17,7 @@ pub enum SolarCommand {
 
 /// Extraction backend; the SOL ExecBench ROCm port's names are aliases.
 #[derive(Clone, Copy, ValueEnum)]
-pub enum BackendArg {
+pub enum ExtractionArg {
     /// ATen ops after dispatch (make_fx, fake tensors); alias make_fx_aten.
     #[value(alias = "make_fx_aten")]
     Aten,
@@ -43,7 +43,7 @@ pub struct AnalyzeArgs {
     pub hardware: String,
     /// Extraction backend; a run never falls back to the other one.
     #[arg(long, value_enum, default_value = "aten")]
-    pub backend: BackendArg,
+    pub backend: ExtractionArg,
     /// Output directory: OUT/<definition>/<workload>/ holding operator_graph.yaml,
     /// einsum_graph.yaml (fx) or aten_graph.yaml (aten), conversion-attestation.yaml,
     /// solar-analysis.yaml and manifest.yaml.
@@ -93,8 +93,8 @@ pub fn run(cmd: SolarCommand) -> Result<i32> {
 fn analyze(a: AnalyzeArgs) -> Result<i32> {
     let hw = kg_solar::hardware::load(&a.hardware)?;
     let backend = match a.backend {
-        BackendArg::Aten => Backend::Aten,
-        BackendArg::Fx => Backend::Fx,
+        ExtractionArg::Aten => ExtractionPath::Aten,
+        ExtractionArg::Fx => ExtractionPath::Fx,
     };
     let cwd = std::env::current_dir().context("failed to read the working directory")?;
     let python = kg_exec::find_python_env(a.python.as_deref(), &cwd)?.path;

@@ -57,7 +57,7 @@ enum Cmd {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
-enum BackendArg {
+enum GeneratorArg {
     /// Deterministic rules (no agent).
     Rules,
     /// The `claude` CLI.
@@ -79,7 +79,7 @@ struct GenerateArgs {
     output_dir: PathBuf,
     /// Who chooses the shapes.
     #[arg(long, value_enum, default_value = "rules")]
-    backend: BackendArg,
+    backend: GeneratorArg,
     /// Model for an agent backend.
     #[arg(long)]
     model: Option<String>,
@@ -230,10 +230,10 @@ fn entry(task: &str, status: GenerateStatus) -> GenerateEntry {
 
 fn run_generate(a: GenerateArgs) -> Result<i32, Failure> {
     let backend = match a.backend {
-        BackendArg::Rules => GeneratorKind::Rules,
-        BackendArg::ClaudeCode => GeneratorKind::ClaudeCode,
-        BackendArg::Codex => GeneratorKind::Codex,
-        BackendArg::Cursor => GeneratorKind::Cursor,
+        GeneratorArg::Rules => GeneratorKind::Rules,
+        GeneratorArg::ClaudeCode => GeneratorKind::ClaudeCode,
+        GeneratorArg::Codex => GeneratorKind::Codex,
+        GeneratorArg::Cursor => GeneratorKind::Cursor,
     };
     if !a.tasks_dir.is_dir() {
         return Err(usage(anyhow::anyhow!(

@@ -5,6 +5,8 @@
 //! # Design
 //! - [`python`]: finds the interpreter (`--python`, `$PYTHON_BIN`, `.venv/bin/python` in the
 //!   current directory or an ancestor, `python3`) and probes it (torch, triton, devices).
+//! - [`placement`]: which device an evaluation runs on (`auto`, `cpu`, `cuda:N`, `--gpus`) and
+//!   the kg-gpu claim that holds it for the run.
 //! - [`engine::Session`] is one device lane. It owns a session directory under the runtime
 //!   directory ([`runtime`], swept of dead runs' leftovers) holding the embedded worker
 //!   scripts ([`scripts`]) and a long-lived **judge** process (trusted code only): the

@@ -337,8 +337,8 @@ fn sol_bounds(
     let python = python_or_current(py, python)?;
     let hw = kg_solar::hardware::load(hardware).map_err(err(solar_error))?;
     let p = KgProblem::load(&problem).map_err(err(problem_error))?;
-    let items: Vec<(&KgProblem, usize, kg_solar::Backend)> = (0..p.workloads.len())
-        .map(|i| (&p, i, kg_solar::Backend::Aten))
+    let items: Vec<(&KgProblem, usize, kg_solar::ExtractionPath)> = (0..p.workloads.len())
+        .map(|i| (&p, i, kg_solar::ExtractionPath::Aten))
         .collect();
     let results = py
         .detach(|| kg_solar::analysis::analyze_batch(&items, &python, &hw))

@@ -169,7 +169,7 @@ pub struct Inputs {
     pub solar_dirs: Vec<PathBuf>,
     /// Hardware spec name and hash.
     pub hardware: (String, String),
-    /// Backend.
+    /// The SOLAR extraction path the analyses used (`aten` or `fx`).
     pub backend: String,
     /// Timestamp.
     pub created: String,

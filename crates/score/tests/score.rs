@@ -206,7 +206,7 @@ fn make_bundle(root: &Path) -> (bundle::ReleaseBundle, kg_score::ScoreReport) {
             definition_sha256: def_sha.clone(),
             workload: wl.into(),
             axes: IndexMap::new(),
-            backend: kg_solar::Backend::Aten,
+            backend: kg_solar::ExtractionPath::Aten,
             hardware: "h200".into(),
             hardware_sha256: hw.sha256.clone(),
             torch_version: "x".into(),
@@ -225,7 +225,7 @@ fn make_bundle(root: &Path) -> (bundle::ReleaseBundle, kg_score::ScoreReport) {
         };
         let a = Analysis {
             graph: OperatorGraph {
-                backend: kg_solar::Backend::Aten,
+                backend: kg_solar::ExtractionPath::Aten,
                 torch_version: "x".into(),
                 tensors: IndexMap::new(),
                 inputs: vec![],
@@ -234,7 +234,7 @@ fn make_bundle(root: &Path) -> (bundle::ReleaseBundle, kg_score::ScoreReport) {
                 ignored: vec![],
             },
             ir: IrGraph {
-                backend: kg_solar::Backend::Aten,
+                backend: kg_solar::ExtractionPath::Aten,
                 ops: vec![],
                 input_bytes: IndexMap::new(),
                 output_bytes: IndexMap::new(),

@@ -10,7 +10,7 @@ use crate::graph::OperatorGraph;
 use crate::hardware::LoadedSpec;
 use crate::ir::{IrGraph, Totals};
 use crate::python::{InputRequest, TraceOutcome, TraceRequest, trace_all};
-use crate::{Backend, SolarError};
+use crate::{ExtractionPath, SolarError};
 
 /// Version of the analysis and manifest records.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -49,7 +49,7 @@ pub struct AnalysisRecord {
     /// Every axis value.
     pub axes: IndexMap<String, i64>,
     /// Extraction backend.
-    pub backend: Backend,
+    pub backend: ExtractionPath,
     /// Hardware short name.
     pub hardware: String,
     /// SHA-256 of the hardware YAML.
@@ -90,7 +90,7 @@ pub struct Manifest {
     /// kg-solar version.
     pub tool_version: String,
     /// Extraction backend.
-    pub backend: Backend,
+    pub backend: ExtractionPath,
     /// Hardware short name.
     pub hardware: String,
     /// SHA-256 of the hardware YAML.
@@ -135,10 +135,10 @@ pub struct AttestationPredicate {
     pub status: String,
     /// kg-solar and its version.
     pub verifier: String,
-    /// The port's name of the path ([`Backend::port_name`]).
+    /// The port's name of the path ([`ExtractionPath::port_name`]).
     pub ir_path: String,
     /// Our backend name.
-    pub backend: Backend,
+    pub backend: ExtractionPath,
     /// Ops traced (metadata calls excluded).
     pub ops: usize,
     /// Ops whose output shapes the IR re-derived and matched to the trace.
@@ -182,7 +182,7 @@ pub struct Options {
     /// Python interpreter.
     pub python: PathBuf,
     /// Extraction backend.
-    pub backend: Backend,
+    pub backend: ExtractionPath,
     /// Hardware spec.
     pub hardware: LoadedSpec,
 }
@@ -196,7 +196,7 @@ fn scalar_json(v: &ScalarValue) -> serde_json::Value {
 }
 
 /// Builds the trace request of one workload.
-pub fn request(problem: &Problem, index: usize, backend: Backend) -> TraceRequest {
+pub fn request(problem: &Problem, index: usize, backend: ExtractionPath) -> TraceRequest {
     let def = &problem.definition;
     let lw = &problem.workloads[index];
     let inputs = def
@@ -348,7 +348,7 @@ pub fn analyze_problem(
     selected: &[usize],
     opts: &Options,
 ) -> Result<Vec<Result<Analysis, SolarError>>, SolarError> {
-    let items: Vec<(&Problem, usize, Backend)> = selected
+    let items: Vec<(&Problem, usize, ExtractionPath)> = selected
         .iter()
         .map(|&i| (problem, i, opts.backend))
         .collect();
@@ -357,7 +357,7 @@ pub fn analyze_problem(
 
 /// Traces and analyses many (problem, workload index, backend) items in one interpreter start.
 pub fn analyze_batch(
-    items: &[(&Problem, usize, Backend)],
+    items: &[(&Problem, usize, ExtractionPath)],
     python: &Path,
     hw: &LoadedSpec,
 ) -> Result<Vec<Result<Analysis, SolarError>>, SolarError> {

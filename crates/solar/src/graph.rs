@@ -4,7 +4,7 @@
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
-use crate::Backend;
+use crate::ExtractionPath;
 
 /// Shape and dtype of one traced tensor.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -56,7 +56,7 @@ pub struct TracedOp {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OperatorGraph {
     /// Extraction backend.
-    pub backend: Backend,
+    pub backend: ExtractionPath,
     /// PyTorch version that traced it.
     pub torch_version: String,
     /// Every tensor by id.

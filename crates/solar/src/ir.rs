@@ -6,7 +6,7 @@
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
-use crate::Backend;
+use crate::ExtractionPath;
 
 /// What kind of work an op does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -123,7 +123,7 @@ pub struct IrOp {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IrGraph {
     /// Extraction backend the IR came from.
-    pub backend: Backend,
+    pub backend: ExtractionPath,
     /// Ops in execution order (metadata calls are not listed).
     pub ops: Vec<IrOp>,
     /// Bytes of each graph input actually touched (capped at its size), by input name.

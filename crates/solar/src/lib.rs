@@ -3,7 +3,7 @@
 //! Pipeline, for one workload at its concrete shapes:
 //! 1. **Extraction** ([`python::trace_all`]): the user's interpreter runs an embedded script that
 //!    traces the reference's `run` on fake tensors (no data, no GPU) through one of two fixed
-//!    [`Backend`]s and reports an [`graph::OperatorGraph`]. A run never falls back from one
+//!    [`ExtractionPath`]s and reports an [`graph::OperatorGraph`]. A run never falls back from one
 //!    backend to the other.
 //! 2. **IR** ([`rules::lower`]): every op becomes an extended-einsum [`ir::IrOp`] with FLOPs split
 //!    into tensor-core and other work and bytes per operand. An op with no rule fails the whole
@@ -12,7 +12,7 @@
 //! 3. **Bound** ([`analysis::analyze_graph`]): `T_SOL = max(T_compute, T_memory_fused)` on a
 //!    [`hardware::HardwareSpec`], with the unfused memory model reported beside it.
 //! 4. **Artifacts** ([`analysis::write_analysis`]): the port's published file set,
-//!    `operator_graph.yaml`, the IR under the path's name ([`Backend::ir_file`]),
+//!    `operator_graph.yaml`, the IR under the path's name ([`ExtractionPath::ir_file`]),
 //!    `conversion-attestation.yaml` (what the replay check verified, hash-bound to the graph
 //!    files), `solar-analysis.yaml`, and `manifest.yaml` (SHA-256 of each), written atomically.
 //!
@@ -30,12 +30,13 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-/// The two fixed extraction paths. The SOL ExecBench ROCm port names them
-/// `make_fx_aten` and `torchview_extended_einsum`; those names are accepted everywhere a
-/// backend is read ([`Backend::from_str`], serde aliases), and ours are written.
+/// The two fixed extraction paths (the port calls them backends; kg-gpu's backends are GPU
+/// interfaces). The SOL ExecBench ROCm port names them `make_fx_aten` and
+/// `torchview_extended_einsum`; those names are accepted everywhere a path is read
+/// ([`ExtractionPath::from_str`], serde aliases), and ours are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Backend {
+pub enum ExtractionPath {
     /// ATen ops after dispatch, through `make_fx` in fake-tensor mode (the port's
     /// `make_fx_aten`).
     #[serde(alias = "make_fx_aten")]
@@ -46,20 +47,20 @@ pub enum Backend {
     Fx,
 }
 
-impl Backend {
+impl ExtractionPath {
     /// `aten` or `fx`.
     pub fn as_str(self) -> &'static str {
         match self {
-            Backend::Aten => "aten",
-            Backend::Fx => "fx",
+            ExtractionPath::Aten => "aten",
+            ExtractionPath::Fx => "fx",
         }
     }
 
     /// The port's name of this path: `make_fx_aten` or `torchview_extended_einsum`.
     pub fn port_name(self) -> &'static str {
         match self {
-            Backend::Aten => "make_fx_aten",
-            Backend::Fx => "torchview_extended_einsum",
+            ExtractionPath::Aten => "make_fx_aten",
+            ExtractionPath::Fx => "torchview_extended_einsum",
         }
     }
 
@@ -68,8 +69,8 @@ impl Backend {
     /// extended-einsum IR; the ATen path keeps ATen op names in it).
     pub fn ir_file(self) -> &'static str {
         match self {
-            Backend::Aten => "aten_graph.yaml",
-            Backend::Fx => "einsum_graph.yaml",
+            ExtractionPath::Aten => "aten_graph.yaml",
+            ExtractionPath::Fx => "einsum_graph.yaml",
         }
     }
 }
@@ -79,18 +80,18 @@ impl Backend {
 #[error("unknown SOLAR backend `{0}`; use aten (make_fx_aten) or fx (torchview_extended_einsum)")]
 pub struct UnknownBackend(pub String);
 
-impl std::str::FromStr for Backend {
+impl std::str::FromStr for ExtractionPath {
     type Err = UnknownBackend;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.trim() {
-            "aten" | "make_fx_aten" => Ok(Backend::Aten),
-            "fx" | "torchview_extended_einsum" => Ok(Backend::Fx),
+            "aten" | "make_fx_aten" => Ok(ExtractionPath::Aten),
+            "fx" | "torchview_extended_einsum" => Ok(ExtractionPath::Fx),
             other => Err(UnknownBackend(other.to_string())),
         }
     }
 }
 
-impl std::fmt::Display for Backend {
+impl std::fmt::Display for ExtractionPath {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
@@ -158,8 +159,8 @@ pub enum SolarError {
         definition: String,
         /// Workload uuid.
         workload: String,
-        /// Backend.
-        backend: Backend,
+        /// The extraction path that failed.
+        backend: ExtractionPath,
         /// Failure kind.
         kind: String,
         /// Message.

@@ -33,7 +33,7 @@ pub struct TraceRequest {
     /// Caller's id, echoed back.
     pub id: String,
     /// `aten` or `fx`.
-    pub backend: crate::Backend,
+    pub backend: crate::ExtractionPath,
     /// Reference source.
     pub reference: String,
     /// Name of the custom-inputs function, if any.

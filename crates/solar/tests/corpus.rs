@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use indexmap::IndexMap;
 use kg_contract::{LoadedWorkload, Problem, Workload};
 use kg_solar::analysis::{Analysis, analyze_batch};
-use kg_solar::{Backend, SolarError, hardware};
+use kg_solar::{ExtractionPath, SolarError, hardware};
 use kg_test_support::{python, workspace};
 
 /// Loads a problem for counting. Workloads are bound without the contract's input-type policy
@@ -49,7 +49,7 @@ struct Expect {
 }
 
 /// Closed forms per problem, from the axes (see docs/solar.md for the conventions).
-fn expected(name: &str, ax: &IndexMap<String, i64>, backend: Backend) -> Option<Expect> {
+fn expected(name: &str, ax: &IndexMap<String, i64>, backend: ExtractionPath) -> Option<Expect> {
     let a = |k: &str| ax[k] as u64;
     let e = |tensor, tensor_dtype, ew, red, tr, fused| Expect {
         tensor,
@@ -194,7 +194,7 @@ fn expected(name: &str, ax: &IndexMap<String, i64>, backend: Backend) -> Option<
             );
             let sc = b * hq * l;
             // ATen lowers the P.V einsum over a size-1 `l` to a broadcast multiply.
-            let (tensor, mul) = if backend == Backend::Aten && l == 1 {
+            let (tensor, mul) = if backend == ExtractionPath::Aten && l == 1 {
                 (2 * sc * d, sc * d)
             } else {
                 (4 * sc * d, 0)
@@ -268,7 +268,7 @@ fn corpus_counts_match_closed_forms_on_both_backends() {
             expected(
                 &p.definition.name,
                 &p.workloads[0].resolved.axes,
-                Backend::Fx
+                ExtractionPath::Fx
             )
             .is_some(),
             "problem `{}` has no closed-form formula in this test; add one",
@@ -277,7 +277,7 @@ fn corpus_counts_match_closed_forms_on_both_backends() {
         // Smallest and largest workload of each problem, both backends.
         let last = p.workloads.len() - 1;
         for i in [0, last] {
-            for b in [Backend::Aten, Backend::Fx] {
+            for b in [ExtractionPath::Aten, ExtractionPath::Fx] {
                 items.push((p, i, b));
             }
         }
@@ -312,7 +312,7 @@ fn unsupported_ops_fail_closed_listing_every_one() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/unsupported_ops");
     let p = Problem::load(&dir).unwrap();
     let hw = hardware::load("h200").unwrap();
-    let items = [(&p, 0, Backend::Aten), (&p, 0, Backend::Fx)];
+    let items = [(&p, 0, ExtractionPath::Aten), (&p, 0, ExtractionPath::Fx)];
     for ((_, _, b), r) in items.iter().zip(analyze_batch(&items, &py, &hw).unwrap()) {
         let err = match r {
             Err(e) => e,

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use indexmap::IndexMap;
-use kg_solar::Backend;
+use kg_solar::ExtractionPath;
 use kg_solar::analysis::{
     ATTESTATION_FILE, Analysis, AnalysisRecord, Bound, ConversionAttestation,
     missing_published_files, read_verified, write_analysis,
@@ -12,7 +12,7 @@ use kg_solar::analysis::{
 use kg_solar::graph::OperatorGraph;
 use kg_solar::ir::{IrGraph, Totals};
 
-fn analysis(backend: Backend, def_sha: &str, sha: &str) -> Analysis {
+fn analysis(backend: ExtractionPath, def_sha: &str, sha: &str) -> Analysis {
     Analysis {
         graph: OperatorGraph {
             backend,
@@ -58,22 +58,33 @@ fn analysis(backend: Backend, def_sha: &str, sha: &str) -> Analysis {
 
 #[test]
 fn port_backend_names_are_aliases_of_ours() {
-    assert_eq!("make_fx_aten".parse::<Backend>().unwrap(), Backend::Aten);
     assert_eq!(
-        "torchview_extended_einsum".parse::<Backend>().unwrap(),
-        Backend::Fx
+        "make_fx_aten".parse::<ExtractionPath>().unwrap(),
+        ExtractionPath::Aten
     );
-    assert_eq!("aten".parse::<Backend>().unwrap(), Backend::Aten);
-    let err = "torchview".parse::<Backend>().unwrap_err();
+    assert_eq!(
+        "torchview_extended_einsum"
+            .parse::<ExtractionPath>()
+            .unwrap(),
+        ExtractionPath::Fx
+    );
+    assert_eq!(
+        "aten".parse::<ExtractionPath>().unwrap(),
+        ExtractionPath::Aten
+    );
+    let err = "torchview".parse::<ExtractionPath>().unwrap_err();
     assert!(
         err.to_string().contains("torchview_extended_einsum"),
         "{err}"
     );
-    let b: Backend = serde_json::from_str("\"make_fx_aten\"").unwrap();
-    assert_eq!(b, Backend::Aten);
+    let b: ExtractionPath = serde_json::from_str("\"make_fx_aten\"").unwrap();
+    assert_eq!(b, ExtractionPath::Aten);
     // Ours is what is written.
-    assert_eq!(serde_json::to_string(&Backend::Fx).unwrap(), "\"fx\"");
-    assert_eq!(Backend::Fx.port_name(), "torchview_extended_einsum");
+    assert_eq!(
+        serde_json::to_string(&ExtractionPath::Fx).unwrap(),
+        "\"fx\""
+    );
+    assert_eq!(ExtractionPath::Fx.port_name(), "torchview_extended_einsum");
 }
 
 #[test]
@@ -81,8 +92,8 @@ fn an_analysis_directory_is_the_ports_published_file_set() {
     let hw = kg_solar::hardware::load("rx9060xt").unwrap();
     let def_sha = "a".repeat(64);
     for (backend, ir) in [
-        (Backend::Fx, "einsum_graph.yaml"),
-        (Backend::Aten, "aten_graph.yaml"),
+        (ExtractionPath::Fx, "einsum_graph.yaml"),
+        (ExtractionPath::Aten, "aten_graph.yaml"),
     ] {
         let root = tempfile::tempdir().unwrap();
         let dir = root.path().join("p/w");

@@ -154,7 +154,7 @@ fn rule_for(ctx: &Ctx, name: &str, fx: bool) -> Result<Lowered, RuleError> {
 
 /// Lowers a whole operator graph, failing closed on any op without a rule.
 pub fn lower(g: &OperatorGraph) -> Result<IrGraph, LowerError> {
-    let fx = g.backend == crate::Backend::Fx;
+    let fx = g.backend == crate::ExtractionPath::Fx;
     let mut ops = Vec::new();
     let mut unsupported = Vec::new();
     for (index, op) in g.ops.iter().enumerate() {
