@@ -20,6 +20,7 @@ mod verify_cmd;
 
 use dataset_cmd::*;
 use evaluate_cmd::*;
+use kg_cli::{Failure, usage};
 use progress::*;
 use run_cmd::*;
 use setup::*;
@@ -353,19 +354,6 @@ struct ValidateArgs {
     env: EnvArgs,
 }
 
-/// An error with the exit code it maps to.
-struct Failure {
-    code: i32,
-    error: anyhow::Error,
-}
-
-fn usage(e: impl Into<anyhow::Error>) -> Failure {
-    Failure {
-        code: exit::USAGE,
-        error: e.into(),
-    }
-}
-
 fn from_exec(e: ExecError) -> Failure {
     match e {
         ExecError::Cancelled => Failure {
@@ -410,11 +398,5 @@ fn main() -> ExitCode {
         Command::Merge(a) => merge_cmd::merge(a),
         Command::Slurm(a) => slurm_cmd::slurm(a, &cancel),
     };
-    match result {
-        Ok(code) => ExitCode::from(code as u8),
-        Err(f) => {
-            eprintln!("error: {:#}", f.error);
-            ExitCode::from(f.code as u8)
-        }
-    }
+    kg_cli::exit_code(result)
 }

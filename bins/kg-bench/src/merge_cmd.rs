@@ -7,7 +7,7 @@ use clap::Args;
 use kg_contract::{chain, exit};
 use kg_exec::shard::{MergeError, MergeOptions};
 
-use crate::{Failure, usage};
+use kg_cli::{Failure, usage};
 
 /// Exit codes of `merge`.
 pub const EXIT_MERGE: &str = "Exit codes:

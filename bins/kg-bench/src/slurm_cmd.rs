@@ -12,7 +12,7 @@ use kg_contract::{chain, exit};
 use kg_exec::CancelToken;
 use kg_exec::shard::MergeOptions;
 
-use crate::{Failure, usage};
+use kg_cli::{Failure, usage};
 
 /// Exit codes of `slurm`.
 pub const EXIT_SLURM: &str = "Exit codes:

@@ -2,6 +2,7 @@
 //! `kg-heldout`: held-out shape generation and original-versus-optimised evaluation,
 //! compatible with AgentKernelArena's held-out files. The logic lives in the kg-heldout crate.
 
+use kg_cli::{Failure, usage};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -147,19 +148,6 @@ struct EvalArgs {
     json: bool,
 }
 
-/// An error with the exit code it maps to.
-struct Failure {
-    code: i32,
-    error: anyhow::Error,
-}
-
-fn usage(e: impl Into<anyhow::Error>) -> Failure {
-    Failure {
-        code: exit::USAGE,
-        error: e.into(),
-    }
-}
-
 fn main() -> ExitCode {
     // Progress goes to the log at `info`, so that is this binary's default level.
     kg_cli::init_logging("info");
@@ -168,13 +156,7 @@ fn main() -> ExitCode {
         Cmd::Generate(a) => run_generate(a),
         Cmd::Eval(a) => run_eval(a),
     };
-    match result {
-        Ok(code) => ExitCode::from(code as u8),
-        Err(f) => {
-            eprintln!("error: {:#}", f.error);
-            ExitCode::from(f.code as u8)
-        }
-    }
+    kg_cli::exit_code(result)
 }
 
 /// What `generate` did with a task.

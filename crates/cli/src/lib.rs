@@ -1,5 +1,6 @@
 //! What every kernelgate binary sets up the same way, so that `KG_LOG`, colour and the log's
-//! destination mean one thing across kg-bench, kg-gpu, kg-heldout and kg-validate-pr.
+//! destination mean one thing across kg-bench, kg-gpu, kg-heldout and kg-validate-pr, and a
+//! command's failure ([`Failure`]) ends a process the same way.
 
 use std::io::IsTerminal;
 
@@ -39,5 +40,34 @@ mod tests {
         assert!(!colour(true, Some("1".as_ref())));
         // An empty NO_COLOR does not count, as no-color.org says.
         assert!(colour(true, Some("".as_ref())));
+    }
+}
+
+/// An error with the exit code it maps to: what a binary's commands return.
+#[derive(Debug)]
+pub struct Failure {
+    /// The process's exit code.
+    pub code: i32,
+    /// What went wrong, printed with its causes.
+    pub error: anyhow::Error,
+}
+
+/// A usage error (exit code 2): bad arguments or inputs the user can fix.
+pub fn usage(e: impl Into<anyhow::Error>) -> Failure {
+    Failure {
+        code: kg_contract::exit::USAGE,
+        error: e.into(),
+    }
+}
+
+/// The exit code of a command's result; a failure is printed first as `error: ...` with its
+/// causes.
+pub fn exit_code(result: Result<i32, Failure>) -> std::process::ExitCode {
+    match result {
+        Ok(code) => std::process::ExitCode::from(code as u8),
+        Err(f) => {
+            eprintln!("error: {:#}", f.error);
+            std::process::ExitCode::from(f.code as u8)
+        }
     }
 }

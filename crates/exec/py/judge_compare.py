@@ -31,6 +31,17 @@ def _invalid(outs, ref, names):
     return None
 
 
+def _comparable(pairs, names):
+    """(the pairs before the first that cannot be compared at all, that one's result or None)."""
+    valid = []
+    for outs, ref in pairs:
+        bad = _invalid(outs, ref, names)
+        if bad is not None:
+            return valid, bad
+        valid.append((outs, ref))
+    return valid, None
+
+
 def _figures(o, r, atol, rtol, allow_ninf):
     """The comparison's figures for R rounds of one output at once (`o`, `r`: [R, ...] on the
     device), as an [R, 8] tensor: NaN seen, Inf seen, mismatched NaN/Inf count, matched ratio,
@@ -92,14 +103,7 @@ def compare_many(pairs, tol, definition, dev, inputs=None):
     need = float(tol["required_matched_ratio"])
     cap = tol.get("max_error_cap")
     allow_ninf = bool(tol.get("allow_negative_inf", False))
-    valid = []
-    stop = None
-    for outs, ref in pairs:
-        bad = _invalid(outs, ref, names)
-        if bad is not None:
-            stop = bad
-            break
-        valid.append((outs, ref))
+    valid, stop = _comparable(pairs, names)
     figs = {}
     for k in range(len(names)):
         if valid and valid[0][1][k].numel() > 0:
@@ -366,14 +370,7 @@ def compare_checks(pairs, checks, definition, dev, inputs=None):
     trace's summary fields carry. `inputs[j]`: pair j's routing inputs by name."""
     names = list(definition["outputs"].keys())
     pos = {n: k for k, n in enumerate(names)}
-    valid = []
-    stop = None
-    for outs, ref in pairs:
-        bad = _invalid(outs, ref, names)
-        if bad is not None:
-            stop = bad
-            break
-        valid.append((outs, ref))
+    valid, stop = _comparable(pairs, names)
     rows = []
     for c in checks:
         t = c.get("type")
