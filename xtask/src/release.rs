@@ -209,13 +209,7 @@ pub fn release(root: &Path, args: &[String]) -> Result<()> {
     kg_bench_run(&o, root, &corpus_out, "reference", &base_dir)?;
     kg_bench_run(&o, root, &corpus_out, &o.candidate, &cand_dir)?;
     // 5. score and bundle.
-    let created = std::process::Command::new("date")
-        .args(["-u", "+%Y-%m-%dT%H:%M:%SZ"])
-        .output()
-        .ok()
-        .and_then(|x| String::from_utf8(x.stdout).ok())
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default();
+    let created = kg_proc::now_utc();
     let assembled = kg_score::bundle::assemble(&kg_score::bundle::Inputs {
         root: out.clone(),
         corpus_files,
