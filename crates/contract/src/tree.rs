@@ -220,6 +220,17 @@ fn json_path(p: &Path) -> Option<(String, String)> {
     Some((s, quoted))
 }
 
+/// Records directory `dir` (below `root`) as unreadable: it could not be listed.
+fn unlistable(tree: &mut Tree, root: &Path, dir: &Path, e: &std::io::Error) {
+    let rel = dir.strip_prefix(root).unwrap_or(dir).to_path_buf();
+    tree.entries.insert(
+        rel,
+        Entry::Unreadable {
+            error: format!("failed to list the directory: {e}"),
+        },
+    );
+}
+
 /// Walks `root` and hashes every regular file (module docs). Never fails: what it could not
 /// record is in the tree ([`Entry::Unreadable`], [`Tree::incomplete`]) and makes
 /// [`Tree::sha256`] fail.
@@ -238,13 +249,7 @@ pub fn walk(root: &Path) -> Tree {
                 return tree;
             }
             Err(e) => {
-                let rel = dir.strip_prefix(root).unwrap_or(&dir).to_path_buf();
-                tree.entries.insert(
-                    rel,
-                    Entry::Unreadable {
-                        error: format!("failed to list the directory: {e}"),
-                    },
-                );
+                unlistable(&mut tree, root, &dir, &e);
                 continue;
             }
         };
@@ -252,13 +257,7 @@ pub fn walk(root: &Path) -> Tree {
             let item = match item {
                 Ok(i) => i,
                 Err(e) => {
-                    let rel = dir.strip_prefix(root).unwrap_or(&dir).to_path_buf();
-                    tree.entries.insert(
-                        rel,
-                        Entry::Unreadable {
-                            error: format!("failed to list the directory: {e}"),
-                        },
-                    );
+                    unlistable(&mut tree, root, &dir, &e);
                     continue;
                 }
             };
