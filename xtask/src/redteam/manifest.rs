@@ -40,6 +40,8 @@ pub(super) struct Case {
     pub(super) log_has: Option<String>,
     /// Text no trace log may contain (a candidate reporting that it got past a limit).
     pub(super) log_lacks: Option<String>,
+    /// Passed as `--timing VALUE` (a case against one timing method, e.g. `events`).
+    pub(super) timing: Option<String>,
 }
 
 impl Case {
@@ -121,6 +123,7 @@ pub(super) fn load_manifest(root: &Path) -> Result<Vec<Case>> {
                 .get("log_lacks")
                 .and_then(Value::as_str)
                 .map(str::to_string),
+            timing: e.get("timing").and_then(Value::as_str).map(str::to_string),
             case,
         });
     }

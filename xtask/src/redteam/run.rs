@@ -102,6 +102,9 @@ pub(super) fn kg_bench_command(
             "--compile-timeout",
             "180",
         ]);
+    if let Some(t) = &c.timing {
+        cmd.args(["--timing", t]);
+    }
     if let Some(p) = &opts.python {
         cmd.arg("--python").arg(p);
     } else {

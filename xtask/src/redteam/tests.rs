@@ -74,6 +74,7 @@ fn case(known_gap: Option<&str>) -> Case {
         memory_limit: None,
         log_has: None,
         log_lacks: None,
+        timing: None,
     }
 }
 
