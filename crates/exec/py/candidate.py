@@ -36,6 +36,7 @@ def _guarded_classes():
                 if isinstance(v, type) and v.__module__ == m.__name__]
     return out
 
+
 kg_wire.start_parent_watchdog()
 
 STATE = {"fn": None, "dps": True, "device": None, "spec": None, "timed": None}
@@ -108,18 +109,19 @@ def _guarded_in_class(v):
 
 
 def _namespace_snapshot():
-    """(prefix, namespace, {attribute: (value, its code object or None)}, is a class) for every
-    attribute of the harness modules and every method of the guarded classes: checked straight
-    against each namespace (`_namespace_changes`), so a check builds no names."""
+    """(prefix, namespace, {attribute: (value, its code object or None)}, the class's attribute
+    count or None for a module) for every attribute of the harness modules and every method of
+    the guarded classes: checked straight against each namespace (`_namespace_changes`), so a
+    check builds no names."""
     out = []
     for m in HARNESS_MODULES:
         ns = vars(m)
         out.append((m.__name__, ns, {k: (v, getattr(v, "__code__", None)) for k, v in ns.items()
-                                     if not k.startswith("__")}, False))
+                                     if not k.startswith("__")}, None))
     for name, cls in _guarded_classes():
         ns = vars(cls)
         out.append((name, ns, {k: (v, getattr(v, "__code__", None)) for k, v in ns.items()
-                               if _guarded_in_class(v)}, True))
+                               if _guarded_in_class(v)}, len(ns)))
     return out
 
 
@@ -130,13 +132,14 @@ def _namespace_changes():
     """(replaced, added): guarded attributes whose object (or its code object) is not the one in
     the snapshot, and methods added to a guarded class since."""
     bad, added = [], []
-    for prefix, ns, want, is_class in NAMESPACES:
+    for prefix, ns, want, count in NAMESPACES:
         for k, (v, code) in want.items():
             if ns.get(k, _MISSING) is not v:
                 bad.append(f"{prefix}.{k}")
             elif code is not None and getattr(v, "__code__", None) is not code:
                 bad.append(f"{prefix}.{k}.__code__")
-        if is_class and len(ns) != len(want):
+        # An attribute added to a class changes its count (one removed is missing above).
+        if count is not None and len(ns) != count:
             added += [f"{prefix}.{k}" for k, v in list(ns.items()) if k not in want and _guarded_in_class(v)]
     return bad, added
 
