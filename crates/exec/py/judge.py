@@ -490,7 +490,7 @@ HOST_PROBE_WARMUP = 1
 
 def reference_host_ms(cupti):
     """Median host time (ms) of the reference's call on the last round's inputs, each call
-    launched as a timed call is (kg_timing._time_calls' bracket: a read of the L2 flush buffer,
+    launched as a timed call is (kg_timing.EventTimer's bracket: a read of the L2 flush buffer,
     a sync, the spin kernel, the start event and marker, then the call), with CUPTI recording
     when the timing will use it (its callbacks lengthen every launch). Calls made back to back
     after a bare sync read 2-3.5x faster than the same calls inside the brackets on an H200
