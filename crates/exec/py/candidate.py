@@ -19,8 +19,7 @@ import kg_handover  # noqa: E402
 import kg_inputs  # noqa: E402
 import kg_timing  # noqa: E402
 
-# The harness's own modules: every attribute of each (functions, classes, constants, the
-# modules they call through, the lists and dicts they keep) is guarded by identity.
+# The harness's own modules: every attribute of each is guarded by identity (_namespace_snapshot).
 HARNESS_MODULES = (kg_wire, kg_inputs, kg_env, kg_timing, kg_handover)
 
 
@@ -43,11 +42,10 @@ STATE = {"fn": None, "dps": True, "device": None, "spec": None, "timed": None}
 
 
 def _guarded():
-    """Everything the harness calls between handing out a timed set's key and the start of that
-    call's timed span, and the timers, syncs and savers it relies on, by name, beyond the
-    namespaces of `_namespace_snapshot`: functions (with their code objects, which can be
-    swapped in place), the CUPTI recorder's library and the worker's channel. Snapshot when the
-    worker starts and again at `hello`, before any solution code has run."""
+    """Everything the harness relies on between handing out a timed set's key and the start of that
+    call's timed span beyond the namespaces of `_namespace_snapshot`, by name: functions (with their
+    code objects, which can be swapped in place), the CUPTI recorder's library and the worker's
+    channel. Snapshot when the worker starts and again at `hello`, before any solution code ran."""
     import json
     import time
 
@@ -109,10 +107,9 @@ def _guarded_in_class(v):
 
 
 def _namespace_snapshot():
-    """(prefix, namespace, {attribute: (value, its code object or None)}, the class's attribute
-    count or None for a module) for every attribute of the harness modules and every method of
-    the guarded classes: checked straight against each namespace (`_namespace_changes`), so a
-    check builds no names."""
+    """(prefix, namespace, {attribute: (value, code object or None)}, a class's attribute count or
+    None) for every attribute of the harness modules (functions, classes, constants, modules,
+    lists) and every method of the guarded classes; checked straight against each namespace."""
     out = []
     for m in HARNESS_MODULES:
         ns = vars(m)
