@@ -8,7 +8,7 @@ PYTHONPATH=/tmp/site KG_BENCH=$B/bin/kg-bench KG_FLAGS="--gpus all" timeout 300 
 rm -rf $R/pop/pop
 pack
 timeit core-self 240 $B/bin/kg-bench run problems/core --solutions reference -q -o $R/core-self --gpus all
-SUMMARY=$R/summary-b.json python3 benches/device/summarize.py $R/core-self 2>&1 | tee $R/summary-b.txt
+SUMMARY=$R/summary-b.json python3 benches/device/summarize.py $R/core-self 2>&1 | grep -v timeline | tee $R/summary-b.txt
 python3 - $R/summary-b.json <<'PY' | tee -a $R/summary-b.txt
 import json, sys
 d = json.load(open(sys.argv[1]))

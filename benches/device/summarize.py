@@ -16,6 +16,7 @@ for d in sys.argv[1:]:
                 "reference_latency_ms": perf.get("reference_latency_ms"), "speedup": perf.get("speedup_factor"),
                 "build": ev.get("build"), "candidate_start": ev.get("candidate_start"),
                 "gpu": (env.get("gpu_claim") or {}).get("uuid"), "wall_s": ev.get("wall_s"),
+                "timestamp": ev.get("timestamp"),
             })
     counts = {}
     for r in rows:
@@ -28,4 +29,16 @@ for d in sys.argv[1:]:
     print(f"{os.path.basename(d)}: {counts} traces={len(rows)} gpus={gpus} ready_s median={med} max={ready[-1] if ready else None}")
     for b in builds:
         print(f"   build cached={b['cached']} build_s={b['build_s']:.1f} waited_s={b['waited_s']:.1f} key={b['key'][:12]}")
+    # When each pair's workloads were written, from the run's first: where a lane waited.
+    from datetime import datetime
+    stamps = {}
+    for r in rows:
+        if r["timestamp"]:
+            t = datetime.fromisoformat(r["timestamp"].rstrip("Z")[:26]).timestamp()
+            a, b = stamps.get(r["file"], (t, t))
+            stamps[r["file"]] = (min(a, t), max(b, t))
+    if stamps:
+        t0 = min(a for a, _ in stamps.values())
+        for f, (a, b) in sorted(stamps.items(), key=lambda x: x[1][0]):
+            print(f"   timeline {a - t0:7.1f} s .. {b - t0:7.1f} s  {f}")
 json.dump(out, open(os.environ.get("SUMMARY", "summary.json"), "w"), indent=1)

@@ -109,15 +109,30 @@ impl Schedule {
     /// The next pair for `lane`: the first of its own, else the cheapest still waiting on the
     /// other lane with the most cost left; `None` when every queue is empty.
     pub fn next(&self, lane: usize) -> Option<usize> {
+        self.next_ready(lane, |_| true)
+    }
+
+    /// As [`Schedule::next`], but passing over pairs that are not `ready` (e.g. whose build is
+    /// still under way) for the first that is, so a lane evaluates something else while a
+    /// build runs; where none is ready, the one `next` would give (the lane waits for it).
+    pub fn next_ready(&self, lane: usize, ready: impl Fn(usize) -> bool) -> Option<usize> {
         let mut q = self.lock();
-        if let Some(k) = q.get_mut(lane).and_then(VecDeque::pop_front) {
-            return Some(k);
+        if let Some(own) = q.get_mut(lane)
+            && !own.is_empty()
+        {
+            let at = own.iter().position(|&k| ready(k)).unwrap_or(0);
+            return own.remove(at);
         }
         let left = |d: &VecDeque<usize>| d.iter().map(|&k| self.costs[k]).sum::<f64>();
         let busiest = (0..q.len())
             .filter(|&l| l != lane && !q[l].is_empty())
             .max_by(|&a, &b| left(&q[a]).total_cmp(&left(&q[b])))?;
-        q[busiest].pop_back()
+        let theirs = &mut q[busiest];
+        let at = theirs
+            .iter()
+            .rposition(|&k| ready(k))
+            .unwrap_or(theirs.len() - 1);
+        theirs.remove(at)
     }
 
     /// Up to `n` pairs `lane` is due to take next (its own queue, in order).
@@ -179,6 +194,34 @@ mod tests {
         assert_eq!(drain(&s, 0), vec![1, 0]);
         assert_eq!(s.next(0), None);
         assert_eq!(s.next(1), None);
+    }
+
+    #[test]
+    fn a_lane_passes_over_pairs_not_ready_and_waits_only_when_none_is() {
+        // Pairs 0 and 1 wait for their builds; one lane keeps the run's order otherwise.
+        let building = std::cell::RefCell::new(vec![0, 1]);
+        let ready = |k: usize| !building.borrow().contains(&k);
+        let s = Schedule::new(vec![1.0; 4], 1);
+        assert_eq!(s.next_ready(0, ready), Some(2));
+        // Pair 0's build finished meanwhile: it comes before pair 3 again.
+        building.borrow_mut().retain(|&k| k != 0);
+        assert_eq!(s.next_ready(0, ready), Some(0));
+        assert_eq!(s.next_ready(0, ready), Some(3));
+        // Only pair 1 is left, still building: the lane takes it (and will wait for it).
+        assert_eq!(s.next_ready(0, ready), Some(1));
+        assert_eq!(s.next_ready(0, ready), None);
+    }
+
+    #[test]
+    fn a_lane_that_ran_out_takes_a_ready_pair_from_the_busiest_lane() {
+        // Lane 0 gets 9 and 4, lane 1 gets 7, 5 and 3 (see the test above).
+        let s = Schedule::new(vec![4.0, 9.0, 7.0, 5.0, 3.0], 2);
+        assert_eq!(s.upcoming(1, 8), vec![2, 3, 4]);
+        assert_eq!(drain_n(&s, 0, 2), vec![1, 0]);
+        // Lane 1's cheapest waiting pair (4) is not ready: lane 0 takes the next cheapest.
+        assert_eq!(s.next_ready(0, |k| k != 4), Some(3));
+        assert_eq!(s.next_ready(0, |_| false), Some(4));
+        assert_eq!(drain(&s, 1), vec![2]);
     }
 
     #[test]

@@ -56,7 +56,9 @@ impl LaneCtx<'_> {
     ) -> LaneResult {
         let mut written = Vec::new();
         let mut failure = None;
-        while let Some(k) = self.schedule.next(n) {
+        // Pairs whose build is still to come wait while the lane evaluates others.
+        let ready = |k: usize| self.pool.is_none_or(|p| !p.pending(k));
+        while let Some(k) = self.schedule.next_ready(n, ready) {
             let (i, j) = self.to_run[k];
             if self.is_stopped(i) {
                 continue;

@@ -97,6 +97,12 @@ impl BuildPool {
         }
     }
 
+    /// Whether pair `k`'s build is still to come (queued or under way): a lane that takes it
+    /// now would wait for it.
+    pub(super) fn pending(&self, k: usize) -> bool {
+        matches!(self.lock().get(&k), Some(Slot::Queued | Slot::Building))
+    }
+
     /// For a lane about to evaluate pair `k`: the pool's build (waiting while it is under
     /// way), with the time waited; `None` when the lane should build it itself.
     pub(super) fn take(&self, k: usize) -> Option<(BuildOutcome, Duration)> {
@@ -156,12 +162,17 @@ mod tests {
     #[test]
     fn the_pool_builds_in_order_and_a_lane_takes_each_build_once() {
         let pool = BuildPool::new(vec![4, 1, 7]);
+        assert!(pool.pending(4), "queued is still to come");
         let mut built = Vec::new();
         pool.work(&mut |k| {
             built.push(k);
             Ok(failed(k))
         });
         assert_eq!(built, vec![4, 1, 7]);
+        assert!(
+            !pool.pending(4) && !pool.pending(9),
+            "built, or not the pool's"
+        );
         let (o, _) = pool.take(1).unwrap();
         assert_eq!(log_of(&o), "pair 1");
         assert!(pool.take(1).is_none(), "taken twice");
@@ -199,6 +210,7 @@ mod tests {
                 });
             });
             started_rx.recv().unwrap();
+            assert!(pool.pending(0), "under way is still to come");
             s.spawn(move || {
                 std::thread::sleep(Duration::from_millis(50));
                 let _ = go_tx.send(());
