@@ -1,8 +1,8 @@
 """Where a Triton candidate's first call goes (issue 24): each case is a fresh process with its
 own TRITON_CACHE_DIR, as a kernelgate candidate has. `fresh`: an empty cache; `utils`: a cache
 holding what an earlier process compiled for *another* kernel (Triton's driver utilities and
-launchers, not the kernel itself). The difference is what a shared, read-only layer of those
-files would save each candidate.
+launchers, not the kernel itself); `cuda_utils`: the driver utilities alone. The differences
+are what a shared, read-only layer of those files would save each candidate.
 
     python3 triton_first_call.py OUT_DIR
 """
@@ -65,6 +65,11 @@ def main():
         # Everything but the kernel's own entries (those holding a `gelu.*` file).
         shutil.copytree(base, layer, ignore=lambda d, fs: fs if any(f.startswith("gelu.") for f in fs) else [])
         run("utils", block, layer)
+        only = tempfile.mkdtemp(prefix="tfc-")
+        shutil.rmtree(only)
+        # Triton's driver utilities alone (compiled once per Triton, not per kernel).
+        shutil.copytree(base, only, ignore=lambda d, fs: [] if d == base or any(f.startswith("cuda_utils") for f in fs) else fs)
+        run("cuda_utils", block, only)
 
 
 if __name__ == "__main__":
