@@ -781,8 +781,9 @@ def op_time_save(req):
 
 if __name__ == "__main__":
     import faulthandler
-
     import gc
+
+    kg_env.warm(os.environ.get("KG_WARM"))
 
     HOOKS_AT_START = {t for t in range(6) if getattr(sys, "monitoring", None) and sys.monitoring.get_tool(t) is not None}
     GC_CALLBACKS_AT_START = len(gc.callbacks)

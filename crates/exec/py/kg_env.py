@@ -166,3 +166,22 @@ def environment(dev):
     if drv:
         lib["driver"] = drv
     return {"hardware": hw, "libs": lib, "device": ident, "clocks": clocks(dev, ident)}
+
+
+def warm(what):
+    """In a candidate process as it starts, before any solution code: what a Triton solution's
+    import and first call would otherwise spend in its evaluation (`KG_WARM`: "triton" imports
+    Triton; "triton-cuda" also builds Triton's CUDA driver utilities into this solution's own
+    cache). Best effort: what fails here is tried again, as always, when the solution needs it."""
+    if what not in ("triton", "triton-cuda"):
+        return
+    try:
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
+
+        if what == "triton-cuda":
+            from triton.backends.nvidia.driver import CudaUtils
+
+            CudaUtils()
+    except Exception as e:  # noqa: BLE001  (best effort; see above)
+        print(f"kernelgate: preparing {what} ahead failed ({type(e).__name__}: {e}); the solution does it", file=sys.stderr)

@@ -670,3 +670,31 @@ def test_nvidia_driver_version_is_read_from_the_kernel_modules_proc_text():
 def test_no_driver_version_on_the_cpu():
     assert kg_env.driver_version(torch.device("cpu")) is None
     assert "driver" not in kg_env.environment(torch.device("cpu"))["libs"]
+
+
+def _warmed(what):
+    """Which of Triton's modules a fresh interpreter holds after kg_env.warm(what), and what it
+    printed to stderr."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import kg_env; kg_env.warm(sys.argv[2] or None); "
+            "print(sorted(m for m in ('triton', 'triton.language') if m in sys.modules))")
+    import subprocess
+
+    r = subprocess.run([sys.executable, "-c", code, here, what], capture_output=True, text=True, check=True)
+    return r.stdout.strip(), r.stderr
+
+
+def test_warm_imports_triton_for_a_triton_candidate_and_nothing_otherwise():
+    pytest.importorskip("triton", reason="the test interpreter has no Triton")
+    assert _warmed("triton")[0] == "['triton', 'triton.language']"
+    assert _warmed("")[0] == "[]"
+    assert _warmed("unknown")[0] == "[]"
+
+
+def test_warm_that_fails_says_so_and_leaves_the_work_to_the_solution():
+    pytest.importorskip("triton", reason="the test interpreter has no Triton")
+    if torch.cuda.is_available():
+        pytest.skip("the driver utilities build on a CUDA host; this models one without")
+    out, err = _warmed("triton-cuda")
+    assert out == "['triton', 'triton.language']"
+    assert "preparing triton-cuda ahead failed" in err and "the solution does it" in err

@@ -25,6 +25,23 @@ pub(super) struct StartedCandidate {
     pub(super) build: Option<kg_contract::BuildRecord>,
 }
 
+/// What a candidate process for `sol` prepares as it starts, before any solution code
+/// (`KG_WARM`, read by candidate.py): for a Triton solution, Triton's import and, on CUDA, its
+/// driver utilities (a C module compiled into the solution's own cache), which its import and
+/// first call would otherwise spend in its evaluation. None for other solutions.
+pub(super) fn warm_for(sol: &Solution, device: &DeviceChoice) -> Option<&'static str> {
+    let triton = sol
+        .spec
+        .languages
+        .iter()
+        .any(|l| l.eq_ignore_ascii_case("triton"));
+    match (triton, device) {
+        (false, _) => None,
+        (true, DeviceChoice::Cuda(_)) => Some("triton-cuda"),
+        (true, _) => Some("triton"),
+    }
+}
+
 /// What a started candidate process is for: the solution as a whole (every byte of its JSON)
 /// and the number of workloads its limits were sized for.
 pub(super) fn prestart_key(sol: &Solution, workloads: usize) -> String {
@@ -108,6 +125,9 @@ impl Session {
         }
         spec.env
             .push(("TRITON_CACHE_DIR".into(), triton.display().to_string()));
+        if let Some(warm) = warm_for(sol, &self.opts.device) {
+            spec.env.push(("KG_WARM".into(), warm.into()));
+        }
         if !self.opts.sandbox {
             spec.env
                 .push(("TMPDIR".into(), root.join("tmp").display().to_string()));

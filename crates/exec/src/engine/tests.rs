@@ -335,3 +335,31 @@ fn other_methods_pass_through() {
     let (m, ct, ..) = choose_times(TimingMethod::CudaGraph, &c, &c, ev.clone(), ev.clone());
     assert_eq!((m, ct), (TimingMethod::CudaGraph, ev));
 }
+
+#[test]
+fn only_triton_candidates_prepare_triton_as_they_start_and_only_cuda_ones_its_driver() {
+    let sol = |lang: &str| -> Solution {
+        serde_json::from_value(json!({
+            "name": "s", "definition": "d", "author": "t",
+            "spec": {"languages": [lang], "target_hardware": ["LOCAL"],
+                     "entry_point": "k.py::run"},
+            "sources": [{"path": "k.py", "content": ""}]
+        }))
+        .unwrap()
+    };
+    let cuda = DeviceChoice::Cuda(0);
+    assert_eq!(
+        candidate::warm_for(&sol("Triton"), &cuda),
+        Some("triton-cuda")
+    );
+    assert_eq!(
+        candidate::warm_for(&sol("triton"), &DeviceChoice::Cpu),
+        Some("triton")
+    );
+    assert_eq!(
+        candidate::warm_for(&sol("triton"), &DeviceChoice::Rocm(0)),
+        Some("triton")
+    );
+    assert_eq!(candidate::warm_for(&sol("pytorch"), &cuda), None);
+    assert_eq!(candidate::warm_for(&sol("cuda_cpp"), &cuda), None);
+}
