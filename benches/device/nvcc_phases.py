@@ -28,7 +28,7 @@ def build(sol, out, tag, extra):
     srcs = [os.path.join(src_dir, s["path"]) for s in sol["sources"] if s["path"].endswith((".cu", ".cpp"))]
     t0 = time.time()
     cpp_extension.load(
-        name=f"phases_{tag}", sources=srcs, extra_include_paths=[src_dir],
+        name="phases_" + tag.replace("-", "_"), sources=srcs, extra_include_paths=[src_dir],
         extra_cflags=list(opts.get("cflags") or ["-O3"]) + extra,
         extra_cuda_cflags=list(opts.get("cuda_cflags") or ["-O3"]) + extra + [f"--time={phases}"],
         build_directory=tempfile.mkdtemp(prefix=f"build-{tag}-"), verbose=False)
