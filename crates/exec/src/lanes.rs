@@ -214,7 +214,8 @@ mod tests {
 
     #[test]
     fn a_lane_that_ran_out_takes_a_ready_pair_from_the_busiest_lane() {
-        // Lane 0 gets 9 and 4, lane 1 gets 7, 5 and 3 (see the test above).
+        // By cost 9, 7, 5, 4, 3, each to the lane with less so far: lane 0 gets 9 and 4, lane 1
+        // gets 7, 5 and 3.
         let s = Schedule::new(vec![4.0, 9.0, 7.0, 5.0, 3.0], 2);
         assert_eq!(s.upcoming(1, 8), vec![2, 3, 4]);
         assert_eq!(drain_n(&s, 0, 2), vec![1, 0]);
