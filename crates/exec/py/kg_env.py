@@ -171,8 +171,8 @@ def environment(dev):
 def warm(what):
     """In a candidate process as it starts, before any solution code: what a Triton solution's
     import and first call would otherwise spend in its evaluation (`KG_WARM`: "triton" imports
-    Triton; "triton-cuda" also builds Triton's CUDA driver utilities into this solution's own
-    cache). Best effort: what fails here is tried again, as always, when the solution needs it."""
+    Triton; "triton-cuda" also computes Triton's own cache key and builds its CUDA driver
+    utilities into this solution's own cache). Best effort: what fails here is tried again, as always, when the solution needs it."""
     if what not in ("triton", "triton-cuda"):
         return
     try:
@@ -180,6 +180,11 @@ def warm(what):
         import triton.language  # noqa: F401
 
         if what == "triton-cuda":
+            # Triton hashes its own sources and libtriton (~0.45 s, once a process) the first
+            # time it looks a kernel up in its cache: in the solution's first call, else here.
+            from triton.runtime.cache import triton_key
+
+            triton_key()
             from triton.backends.nvidia.driver import CudaUtils
 
             CudaUtils()

@@ -677,11 +677,14 @@ def _warmed(what):
     printed to stderr."""
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     code = ("import sys; sys.path.insert(0, sys.argv[1]); import kg_env; kg_env.warm(sys.argv[2] or None); "
-            "print(sorted(m for m in ('triton', 'triton.language') if m in sys.modules))")
+            "print(sorted(m for m in ('triton', 'triton.language') if m in sys.modules)); "
+            "c = sys.modules.get('triton.runtime.cache'); "
+            "print('key computed' if c and c.triton_key.cache_info().currsize else 'no key')")
     import subprocess
 
     r = subprocess.run([sys.executable, "-c", code, here, what], capture_output=True, text=True, check=True)
-    return r.stdout.strip(), r.stderr
+    modules, key = r.stdout.strip().splitlines()
+    return modules, r.stderr, key
 
 
 def test_warm_imports_triton_for_a_triton_candidate_and_nothing_otherwise():
@@ -695,6 +698,14 @@ def test_warm_that_fails_says_so_and_leaves_the_work_to_the_solution():
     pytest.importorskip("triton", reason="the test interpreter has no Triton")
     if torch.cuda.is_available():
         pytest.skip("the driver utilities build on a CUDA host; this models one without")
-    out, err = _warmed("triton-cuda")
+    out, err, key = _warmed("triton-cuda")
     assert out == "['triton', 'triton.language']"
     assert "preparing triton-cuda ahead failed" in err and "the solution does it" in err
+    # Triton's own cache key (~0.45 s of a first call) is computed before the driver
+    # utilities fail.
+    assert key == "key computed"
+
+
+def test_warm_computes_tritons_cache_key_only_for_a_compiling_triton():
+    pytest.importorskip("triton", reason="the test interpreter has no Triton")
+    assert _warmed("triton")[2] == "no key", "the interpreter never compiles: no key needed"
