@@ -175,7 +175,11 @@ fn build_view(m: &mut MountPlan) {
     // Sources first: the tmpfs mounts below hide some of them.
     for b in &mut m.binds {
         b.fd = rustix::fs::open(
-            b.path.as_c_str(),
+            if b.cover {
+                c"/dev/null"
+            } else {
+                b.path.as_c_str()
+            },
             rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC,
             rustix::fs::Mode::empty(),
         )
@@ -231,6 +235,12 @@ fn build_view(m: &mut MountPlan) {
         };
         if rustix::mount::mount_bind_recursive(src, b.path.as_c_str()).is_err() {
             continue;
+        }
+        if b.cover && !setattr(b.path.as_c_str(), false, MOUNT_ATTR_RDONLY, 0) {
+            remount(
+                b.path.as_c_str(),
+                libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY,
+            );
         }
         if b.write && !setattr(b.path.as_c_str(), false, 0, MOUNT_ATTR_RDONLY) {
             remount(

@@ -71,6 +71,30 @@ pub struct View {
     pub tmp_bytes: u64,
     /// The worker's working directory.
     pub cwd: Option<PathBuf>,
+    /// Files it sees as `/dev/null`, read-only: a GPU's device nodes ([`gpu_device_nodes`])
+    /// for a worker that must not reach the GPU, whatever its environment says.
+    pub cover: Vec<PathBuf>,
+}
+
+/// The device nodes through which a process reaches a GPU: NVIDIA's (`/dev/nvidia*`,
+/// `/dev/nvidia-caps/*`), AMD's (`/dev/kfd`) and the DRM render and card nodes (`/dev/dri/*`).
+pub fn gpu_device_nodes() -> Vec<PathBuf> {
+    let mut nodes = Vec::new();
+    let mut list = |dir: &str, keep: &dyn Fn(&str) -> bool| {
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            for e in rd.flatten() {
+                let name = e.file_name();
+                if keep(&name.to_string_lossy()) && !e.path().is_dir() {
+                    nodes.push(e.path());
+                }
+            }
+        }
+    };
+    list("/dev", &|n| n.starts_with("nvidia") || n == "kfd");
+    list("/dev/nvidia-caps", &|_| true);
+    list("/dev/dri", &|_| true);
+    nodes.sort();
+    nodes
 }
 
 /// What to confine a worker with.
@@ -211,6 +235,7 @@ impl Sandbox {
             plan::plan(
                 &v.read,
                 &v.write,
+                &v.cover,
                 &v.private_tmp,
                 v.tmp_bytes,
                 v.cwd.as_deref(),

@@ -10,11 +10,14 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-/// A path bound back into the view at the same place.
+/// A path bound back into the view at the same place, or `/dev/null` bound over a file the
+/// worker must not open (a cover).
 #[derive(Debug)]
 pub(crate) struct Bind {
-    /// Source and target (the same path).
+    /// The target (and, unless `cover`, the source).
     pub path: CString,
+    /// `/dev/null` is the source, made read-only.
+    pub cover: bool,
     /// Directories to create (inside a tmpfs mask) before the bind, outermost first.
     pub make_dirs: Vec<CString>,
     /// The target is a file (its mount point is created as an empty file).
@@ -84,12 +87,15 @@ fn blocked_ancestor(p: &Path, uid: u32, gid: u32) -> Option<PathBuf> {
     None
 }
 
-/// What the view needs: `read` and `write` paths (absolute, existing), private tmpfs mount
-/// points with their size, the worker's cwd, and the uid/gid it will run as (masks are
-/// computed for that identity; `None`: it keeps ours, nothing is masked but the temp dirs).
+/// What the view needs: `read` and `write` paths (absolute, existing), files to `cover` with
+/// `/dev/null`, private tmpfs mount points with their size, the worker's cwd, and the uid/gid
+/// it will run as (masks are computed for that identity; `None`: it keeps ours, nothing is
+/// masked but the temp dirs).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn plan(
     read: &[PathBuf],
     write: &[PathBuf],
+    cover: &[PathBuf],
     private_tmp: &[PathBuf],
     tmp_bytes: u64,
     cwd: Option<&Path>,
@@ -188,6 +194,7 @@ pub(crate) fn plan(
             p.components().count(),
             Bind {
                 path,
+                cover: false,
                 make_dirs,
                 is_file: !p.is_dir(),
                 write,
@@ -197,6 +204,23 @@ pub(crate) fn plan(
         ));
     }
     binds.sort_by_key(|(depth, _)| *depth);
+    // Covers last: over whatever the binds above put in place.
+    for c in cover.iter().filter(|c| c.exists() && !c.is_dir()) {
+        if let Some(path) = cstr(c) {
+            binds.push((
+                usize::MAX,
+                Bind {
+                    path,
+                    cover: true,
+                    make_dirs: Vec::new(),
+                    is_file: false,
+                    write: false,
+                    source_flags: 0,
+                    fd: -1,
+                },
+            ));
+        }
+    }
     MountPlan {
         existing: existing
             .into_iter()
@@ -350,6 +374,7 @@ mod tests {
             &[lib.clone(), open.clone()],
             std::slice::from_ref(&scratch),
             &[],
+            &[],
             1 << 20,
             None,
             Some((61_904, 61_904)),
@@ -376,7 +401,7 @@ mod tests {
             ]
         );
         // Keeping our own identity masks nothing.
-        let p = plan(&[lib], &[scratch], &[], 1 << 20, None, None);
+        let p = plan(&[lib], &[scratch], &[], &[], 1 << 20, None, None);
         assert!(p.tmpfs.is_empty());
     }
 }

@@ -234,3 +234,36 @@ fn only_a_limit_that_counts_shared_mappings_is_reported_as_held() {
     assert!(bounded.held, "{}", bounded.detail);
     assert!(bounded.detail.contains("refused"), "{}", bounded.detail);
 }
+
+/// A covered file reads as `/dev/null` in the worker (as a GPU's device nodes do for the
+/// precompiler), cannot be uncovered or written, and is untouched outside.
+#[test]
+fn a_covered_file_is_dev_null_in_the_worker_and_itself_outside() {
+    let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+    let base = dir.path().canonicalize().unwrap();
+    let node = base.join("nvidia0");
+    std::fs::write(&node, "device\n").unwrap();
+    let view = View {
+        read: vec![base.clone()],
+        cover: vec![node.clone()],
+        ..View::default()
+    };
+    let sb = Sandbox::candidate(view, 60, 1 << 30);
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c").arg(
+        r#"echo "read [$(cat "$1")]"; ls -l "$1" | cut -c1;
+           umount "$1" 2>/dev/null && echo "uncovered [$(cat "$1")]" || echo "umount refused";
+           { echo x > "$1"; } 2>/dev/null; echo "after [$(cat "$1")]""#,
+    );
+    cmd.arg("sh").arg(&node);
+    cmd.stdout(std::process::Stdio::piped());
+    let _cg = sb.apply(&mut cmd);
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let has = |l: &str| text.lines().any(|x| x.trim() == l);
+    assert!(has("read []"), "{text}");
+    assert!(has("c"), "a character device, /dev/null: {text}");
+    assert!(has("umount refused"), "{text}");
+    assert!(has("after []"), "{text}");
+    assert_eq!(std::fs::read_to_string(&node).unwrap(), "device\n");
+}
