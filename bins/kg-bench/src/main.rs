@@ -173,6 +173,14 @@ enum TimingArg {
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum OnOff {
+    /// On.
+    On,
+    /// Off.
+    Off,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
 enum PrestartArg {
     /// On, except on the CPU (whose cores the timed workload uses).
     Auto,
@@ -321,6 +329,12 @@ struct RunArgs {
     /// trace's `candidate_start` says when each process started.
     #[arg(long, value_enum, default_value = "auto")]
     prestart: PrestartArg,
+    /// With a Triton solution's candidate started ahead on a CUDA GPU, also compile the
+    /// kernels of its first calls ahead, into its own Triton cache: a process of the solution's
+    /// own with no GPU it can open runs its calls on CPU tensors of the workloads' shapes, every
+    /// launch turned into a compile. The trace's `candidate_start.precompiled` counts them.
+    #[arg(long, value_enum, default_value = "on")]
+    precompile: OnOff,
     /// Spread the run over GPUs, one lane (judge and candidate) per GPU, each under its own
     /// kg-gpu claim and L2 execution lock: `all` (every GPU that can be claimed), a count
     /// (`2`), or UUIDs / PCI bus ids separated by commas. The most expensive pairs go first;

@@ -583,6 +583,27 @@ pub struct CandidateStart {
     pub load_s: f64,
     /// When its process was started.
     pub started: CandidateLaunch,
+    /// The Triton kernels of its first calls compiled ahead into its own cache, while an
+    /// earlier evaluation ran (`kg-bench run --precompile`); absent where none was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precompiled: Option<Precompiled>,
+}
+
+/// What the precompiler of a Triton solution left in the solution's own Triton cache: it ran
+/// the solution's calls on CPU tensors of each workload's shapes, with no GPU it could open,
+/// every Triton launch turned into a compile. Nothing it computed is read back.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Precompiled {
+    /// Distinct kernels compiled (an autotuned kernel counts each configuration).
+    pub kernels: u32,
+    /// Their launchers (C modules) built.
+    pub launchers: u32,
+    /// Calls or launcher builds that raised (compiled by the candidate itself instead).
+    pub failed: u32,
+    /// Seconds its calls and builds took.
+    pub seconds: f64,
+    /// Seconds the harness waited for it to finish when the candidate was asked for.
+    pub waited_s: f64,
 }
 
 /// When a candidate process was started. A process started ahead of time runs only

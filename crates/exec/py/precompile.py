@@ -19,7 +19,8 @@ import sys
 import time
 import traceback
 
-import kg_wire
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kg_wire  # noqa: E402  (first: it completes the import path)
 
 RESULT = {}
 

@@ -82,7 +82,7 @@ pub mod shard;
 pub mod toolchain;
 
 pub use engine::{
-    EvalOptions, Evaluated, Event, ExecError, Prestart, Session, SolFloor, TimingChoice,
+    Due, EvalOptions, Evaluated, Event, ExecError, Prestart, Session, SolFloor, TimingChoice,
 };
 pub use placement::{DeviceChoice, DeviceRequest};
 pub use process::CancelToken;

@@ -22,6 +22,8 @@ pub const JUDGE: &str = include_str!("../py/judge.py");
 pub const JUDGE_COMPARE: &str = include_str!("../py/judge_compare.py");
 /// The untrusted candidate worker.
 pub const CANDIDATE: &str = include_str!("../py/candidate.py");
+/// The precompiler of Triton solutions (untrusted, no GPU).
+pub const PRECOMPILE: &str = include_str!("../py/precompile.py");
 /// The interpreter probe.
 pub const PROBE: &str = kg_python::PROBE;
 
@@ -42,6 +44,7 @@ pub fn install(dir: &Path) -> std::io::Result<()> {
         ("judge.py", JUDGE),
         ("judge_compare.py", JUDGE_COMPARE),
         ("candidate.py", CANDIDATE),
+        ("precompile.py", PRECOMPILE),
         ("probe.py", PROBE),
     ] {
         std::fs::write(dir.join(name), text)?;

@@ -15,6 +15,19 @@ pub(super) struct Prestarted {
     /// Where the judge writes its inputs.
     pub(super) inputs: PathBuf,
     pub(super) launching: crate::process::Launching,
+    /// Its solution's precompiler, where one runs beside it.
+    pub(super) precompile: Option<super::precompile::Precompiling>,
+}
+
+/// An evaluation due after the next one ([`Session::prestart_next`]).
+#[derive(Clone, Copy)]
+pub struct Due<'a> {
+    /// Its solution.
+    pub solution: &'a Solution,
+    /// Its problem.
+    pub problem: &'a Problem,
+    /// The workloads it evaluates.
+    pub workloads: &'a [&'a LoadedWorkload],
 }
 
 /// A candidate process ready with its solution loaded, and what its start cost.
@@ -184,19 +197,25 @@ impl Session {
             root,
             inputs,
             launching,
+            precompile: None,
         }))
     }
 
     /// Starts a candidate process for `sol` now, kept for when it is asked for (a failure to
-    /// start is reported by [`Session::start_candidate`], which then tries again).
+    /// start is reported by [`Session::start_candidate`], which then tries again), and, where
+    /// one may run, its precompiler on `calls` ([`super::precompile`]).
     pub(super) fn prestart(
         &mut self,
         sol: &Solution,
         workloads: usize,
+        calls: &[Value],
         during: CandidateLaunch,
     ) -> Result<(), ExecError> {
         match self.launch_candidate(sol, workloads, during)? {
-            Ok(p) => self.prestarted.push(p),
+            Ok(mut p) => {
+                p.precompile = self.launch_precompiler(sol, workloads, calls)?;
+                self.prestarted.push(p);
+            }
             Err(e) => {
                 tracing::debug!(solution = %sol.name, "no candidate started ahead of time: {e}")
             }
@@ -211,12 +230,15 @@ impl Session {
     /// own PID namespace and a read-only view (so the running one cannot reach a starting
     /// one), and not on a CPU device unless [`Prestart::On`]. A guess that turns out wrong
     /// costs a killed process, never a verdict.
-    pub fn prestart_next(&mut self, upcoming: &[(&Solution, usize)]) {
+    pub fn prestart_next(&mut self, upcoming: &[Due<'_>]) {
         self.next = Some(
             upcoming
                 .iter()
                 .take(prestart_depth())
-                .map(|(s, n)| ((*s).clone(), *n))
+                .map(|d| {
+                    let calls = super::precompile::precompile_calls(d.problem, d.workloads);
+                    (d.solution.clone(), d.workloads.len(), calls)
+                })
                 .collect(),
         );
     }
@@ -264,17 +286,17 @@ impl Session {
         };
         let mut have = std::mem::take(&mut self.prestarted);
         let mut missing = Vec::new();
-        for (sol, n) in wanted {
+        for (sol, n, calls) in wanted {
             let key = prestart_key(&sol, n);
             match have.iter().position(|p| p.key == key) {
                 Some(i) => self.prestarted.push(have.remove(i)),
-                None => missing.push((sol, n)),
+                None => missing.push((sol, n, calls)),
             }
         }
         // Started for evaluations no longer due: killed with their process groups.
         drop(have);
-        for (sol, n) in missing {
-            self.prestart(&sol, n, CandidateLaunch::EarlierEvaluation)?;
+        for (sol, n, calls) in missing {
+            self.prestart(&sol, n, &calls, CandidateLaunch::EarlierEvaluation)?;
         }
         Ok(())
     }
@@ -320,6 +342,7 @@ impl Session {
             inputs,
             launching,
             during,
+            precompile,
             ..
         } = p;
         let src = root.join("src");
@@ -344,6 +367,11 @@ impl Session {
             }
         };
         let ready = Instant::now();
+        // Ended before the solution loads: its compiles never run beside the candidate's.
+        let precompiled = match precompile {
+            Some(pc) => self.finish_precompile(sol, pc)?,
+            None => None,
+        };
         self.launch_next(&w)?;
         let deadline = asked + self.opts.compile_timeout;
         let hello = json!({"op": "hello", "device": self.opts.device.worker_name(),
@@ -388,6 +416,7 @@ impl Session {
             process_s: ready.duration_since(launched).as_secs_f64(),
             load_s: ready.elapsed().as_secs_f64(),
             started: during,
+            precompiled,
         };
         Ok(Ok(StartedCandidate {
             worker: w,

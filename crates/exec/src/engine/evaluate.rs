@@ -152,7 +152,8 @@ impl Session {
         // its `load`).
         let own = prestart_key(sol, total);
         if total > 0 && !self.prestarted.iter().any(|p| p.key == own) {
-            self.prestart(sol, total, CandidateLaunch::EvaluationStart)?;
+            let calls = precompile::precompile_calls(problem, workloads);
+            self.prestart(sol, total, &calls, CandidateLaunch::EvaluationStart)?;
         }
         for (index, w) in workloads.iter().enumerate() {
             if self.cancel.is_cancelled() {

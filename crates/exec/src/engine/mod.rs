@@ -36,12 +36,14 @@ mod evaluate;
 mod judge;
 mod options;
 mod outcome;
+mod precompile;
 mod rounds;
 mod timed;
 mod timing;
 mod workload;
 
 pub use builder::{BuildOutcome, Built};
+pub use candidate::Due;
 pub(crate) use candidate::missing_beside;
 use candidate::*;
 pub use checks::{check_languages, toolchain_check, unverified_paths};
@@ -144,9 +146,10 @@ pub struct Session {
     candidate_inputs: Option<PathBuf>,
     /// Candidate processes started ahead of time ([`Session::prestart_next`]), oldest first.
     prestarted: Vec<Prestarted>,
-    /// The evaluations due after the next one (solution, workload count), in order, as last
+    /// The evaluations due after the next one (solution, workload count, precompiler
+    /// calls), in order, as last
     /// named by [`Session::prestart_next`] and not yet acted on.
-    next: Option<Vec<(Solution, usize)>>,
+    next: Option<Vec<(Solution, usize, Vec<Value>)>>,
     /// Why candidates are no longer started ahead of time in this session.
     prestart_off: Option<String>,
     /// Builds of compiled solutions made elsewhere ([`Session::provide_build`]), by solution,

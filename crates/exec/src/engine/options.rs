@@ -58,6 +58,10 @@ pub struct EvalOptions {
     /// Whether the candidate processes of the evaluations due next start while the current
     /// one is evaluated ([`Session::prestart_next`]).
     pub prestart: Prestart,
+    /// Whether a Triton solution whose candidate starts ahead of time on a CUDA device also
+    /// gets its first calls' kernels compiled ahead, by a precompiler with no GPU
+    /// ([`Session::prestart_next`]).
+    pub precompile: bool,
 }
 
 /// Whether candidate processes start while an earlier evaluation runs.
@@ -93,6 +97,7 @@ impl EvalOptions {
             sol_floor: None,
             gpu_claim: None,
             prestart: Prestart::Auto,
+            precompile: true,
         }
     }
 

@@ -63,20 +63,32 @@ impl LaneCtx<'_> {
             if self.is_stopped(i) {
                 continue;
             }
-            // The pairs this lane takes next can start their candidate processes meanwhile.
-            let upcoming: Vec<(&kg_contract::Solution, usize)> = self
+            // The pairs this lane takes next can start their candidate processes (and
+            // precompilers) meanwhile.
+            let upcoming: Vec<(usize, usize, Vec<&kg_contract::LoadedWorkload>)> = self
                 .schedule
                 .upcoming(n, 8)
                 .into_iter()
                 .map(|k| self.to_run[k])
                 .filter(|&(ni, _)| !self.is_stopped(ni))
                 .map(|(ni, nj)| {
-                    let np = &self.problems[ni];
-                    let w = corpus::select_workloads(&np.problem, None, self.config.max_workloads);
-                    (&np.pairs[nj].found.solution, w.len())
+                    let np = &self.problems[ni].problem;
+                    (
+                        ni,
+                        nj,
+                        corpus::select_workloads(np, None, self.config.max_workloads),
+                    )
                 })
                 .collect();
-            session.prestart_next(&upcoming);
+            let due: Vec<crate::engine::Due> = upcoming
+                .iter()
+                .map(|(ni, nj, w)| crate::engine::Due {
+                    solution: &self.problems[*ni].pairs[*nj].found.solution,
+                    problem: &self.problems[*ni].problem,
+                    workloads: w,
+                })
+                .collect();
+            session.prestart_next(&due);
             if let Some(pool) = self.pool
                 && let Some((outcome, waited)) = pool.take(k)
             {
