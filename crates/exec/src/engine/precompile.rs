@@ -146,7 +146,13 @@ impl Session {
             .extend(hidden.iter().map(|k| ((*k).to_string(), String::new())));
         spec.env
             .push(("KG_PRECOMPILE_JOB".into(), job_path.display().to_string()));
-        let Some(view) = spec.sandbox.as_mut().and_then(|sb| sb.view.as_mut()) else {
+        let Some(sb) = spec.sandbox.as_mut() else {
+            return Ok(None);
+        };
+        // The lowest priority: its compiles take only the CPU the timed evaluation beside it
+        // leaves.
+        sb.limits.nice = Some(19);
+        let Some(view) = sb.view.as_mut() else {
             return Ok(None);
         };
         view.cover = crate::sandbox::gpu_device_nodes();

@@ -169,6 +169,10 @@ fn set_limits(limits: &Limits) {
     set(Resource::Fsize, limits.file_bytes, 0);
     set(Resource::Core, limits.core_bytes, 0);
     set(Resource::Data, limits.data_bytes, 0);
+    if let Some(n) = limits.nice {
+        // SAFETY: a raw system call on this process.
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, n) };
+    }
 }
 
 fn build_view(m: &mut MountPlan) {

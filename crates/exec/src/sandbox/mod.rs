@@ -55,6 +55,9 @@ pub struct Limits {
     /// `RLIMIT_DATA`: private writable memory per process (heap, anonymous mappings), bytes.
     /// Not counted: shared and file mappings, tmpfs pages, GPU memory.
     pub data_bytes: Option<u64>,
+    /// Scheduling niceness (`setpriority`), set before privileges are dropped, so the worker
+    /// cannot lower it again: a worker that runs beside a timed one yields it the CPU.
+    pub nice: Option<i32>,
 }
 
 /// The worker's filesystem view (its own mount namespace).
@@ -166,6 +169,7 @@ impl Sandbox {
                 file_bytes: Some(64 << 30),
                 core_bytes: Some(0),
                 data_bytes: Some(memory_bytes),
+                nice: None,
             },
             no_network: true,
             pid_namespace: true,

@@ -25,6 +25,7 @@ fn bare() -> Sandbox {
             file_bytes: None,
             core_bytes: Some(0),
             data_bytes: None,
+            nice: None,
         },
         no_network: false,
         pid_namespace: true,
@@ -266,4 +267,22 @@ fn a_covered_file_is_dev_null_in_the_worker_and_itself_outside() {
     assert!(has("umount refused"), "{text}");
     assert!(has("after []"), "{text}");
     assert_eq!(std::fs::read_to_string(&node).unwrap(), "device\n");
+}
+
+/// A worker given a niceness runs at it and cannot take it back.
+#[test]
+fn a_niced_worker_cannot_raise_its_priority_again() {
+    let mut sb = Sandbox::candidate(View::default(), 60, 1 << 30);
+    sb.limits.nice = Some(19);
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c").arg(
+        r#"echo "nice $(cut -d' ' -f19 /proc/self/stat)";
+           renice -n 0 -p $$ >/dev/null 2>&1 && echo "reniced" || echo "renice refused""#,
+    );
+    cmd.stdout(std::process::Stdio::piped());
+    let _cg = sb.apply(&mut cmd);
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().any(|l| l.trim() == "nice 19"), "{text}");
+    assert!(text.lines().any(|l| l.trim() == "renice refused"), "{text}");
 }
