@@ -226,6 +226,38 @@ mod tests {
     use super::*;
 
     #[test]
+    fn calls_carry_each_tensors_shape_and_dtype_and_each_scalars_value_once_per_shape() {
+        let dir = kg_test_support::workspace().join("problems/core/rmsnorm_bf16_qwen2_5_0_5b");
+        let problem = Problem::load(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let first = &problem.workloads[0];
+        let twice = [first, first];
+        let calls = precompile_calls(&problem, &twice);
+        let tokens = first.workload.axes["num_tokens"];
+        assert_eq!(
+            calls,
+            vec![json!({
+                "inputs": [{"shape": [tokens, 896], "dtype": "bfloat16"},
+                           {"shape": [896], "dtype": "bfloat16"}, {"scalar": 1e-6}],
+                "outputs": [{"name": "y", "dtype": "bfloat16", "shape": [tokens, 896]}],
+            })]
+        );
+        let all: Vec<_> = problem.workloads.iter().collect();
+        assert_eq!(precompile_calls(&problem, &all).len(), all.len());
+    }
+
+    #[test]
+    fn a_workload_with_an_unshaped_input_that_is_no_scalar_is_left_out() {
+        let dir = kg_test_support::workspace().join("problems/core/rmsnorm_bf16_qwen2_5_0_5b");
+        let mut problem = Problem::load(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let w = &mut problem.workloads[0];
+        w.workload
+            .inputs
+            .insert("eps".into(), kg_contract::InputSpec::Custom);
+        let one = [&problem.workloads[0]];
+        assert!(precompile_calls(&problem, &one).is_empty());
+    }
+
+    #[test]
     fn sm_names_read_as_numbers() {
         assert_eq!(sm_number("sm_90"), Some(90));
         assert_eq!(sm_number("sm_90a"), Some(90));
