@@ -59,7 +59,8 @@ fn sm_number(arch: &str) -> Option<u32> {
 
 impl Session {
     /// The CUDA architecture to precompile `sol`'s kernels for, where a precompiler may run:
-    /// a Triton solution on a CUDA device whose judge named its architecture, sandboxed
+    /// a Triton solution on a CUDA device whose judge or kg-gpu claim named its architecture,
+    /// sandboxed
     /// candidates (the device nodes are hidden through the sandbox's view), `--precompile`
     /// on and candidates allowed to start beside the running one.
     fn precompile_arch(&self, sol: &Solution) -> Option<u32> {
@@ -70,9 +71,20 @@ impl Session {
         {
             return None;
         }
-        let dev = self.judge_env.as_ref()?.device.as_ref()?;
-        (dev.kind == "cuda").then_some(())?;
-        sm_number(dev.arch.as_deref()?)
+        // The judge's device, else (before the judge is up) the kg-gpu claim's.
+        let judge = self
+            .judge_env
+            .as_ref()
+            .and_then(|e| e.device.as_ref())
+            .filter(|d| d.kind == "cuda")
+            .and_then(|d| d.arch.clone());
+        let claim = self
+            .opts
+            .gpu_claim
+            .as_ref()
+            .filter(|c| c.vendor.eq_ignore_ascii_case("nvidia"))
+            .and_then(|c| c.arch.clone());
+        sm_number(&judge.or(claim)?)
     }
 
     /// Starts `sol`'s precompiler on `calls`, where one may run (`None` where none does, or
