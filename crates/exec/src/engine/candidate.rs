@@ -236,7 +236,7 @@ impl Session {
                 .iter()
                 .take(prestart_depth())
                 .map(|d| {
-                    let calls = super::precompile::precompile_calls(d.problem, d.workloads);
+                    let calls = self.precompile_calls_for(d.solution, d.problem, d.workloads);
                     (d.solution.clone(), d.workloads.len(), calls)
                 })
                 .collect(),

@@ -152,7 +152,7 @@ impl Session {
         // its `load`).
         let own = prestart_key(sol, total);
         if total > 0 && !self.prestarted.iter().any(|p| p.key == own) {
-            let calls = precompile::precompile_calls(problem, workloads);
+            let calls = self.precompile_calls_for(sol, problem, workloads);
             self.prestart(sol, total, &calls, CandidateLaunch::EvaluationStart)?;
         }
         for (index, w) in workloads.iter().enumerate() {

@@ -19,7 +19,7 @@ pub(super) struct Precompiling {
 /// The calls a precompiler makes for `workloads` of `problem`: per distinct set of input and
 /// output shapes, each tensor's shape and dtype and each scalar's value. A workload with an
 /// input of no shape that is not a scalar (custom inputs) is left out.
-pub(super) fn precompile_calls(problem: &Problem, workloads: &[&LoadedWorkload]) -> Vec<Value> {
+fn precompile_calls(problem: &Problem, workloads: &[&LoadedWorkload]) -> Vec<Value> {
     let mut calls: Vec<Value> = Vec::new();
     for w in workloads {
         let mut inputs = Vec::new();
@@ -58,6 +58,21 @@ fn sm_number(arch: &str) -> Option<u32> {
 }
 
 impl Session {
+    /// [`precompile_calls`] where `sol` may get a precompiler on this session's device (a
+    /// Triton solution on CUDA, `--precompile` on), else none.
+    pub(super) fn precompile_calls_for(
+        &self,
+        sol: &Solution,
+        problem: &Problem,
+        workloads: &[&LoadedWorkload],
+    ) -> Vec<Value> {
+        if self.opts.precompile && warm_for(sol, &self.opts.device) == Some("triton-cuda") {
+            precompile_calls(problem, workloads)
+        } else {
+            Vec::new()
+        }
+    }
+
     /// The CUDA architecture to precompile `sol`'s kernels for, where a precompiler may run:
     /// a Triton solution on a CUDA device whose judge or kg-gpu claim named its architecture,
     /// sandboxed
