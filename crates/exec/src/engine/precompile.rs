@@ -49,6 +49,15 @@ fn precompile_calls(problem: &Problem, workloads: &[&LoadedWorkload]) -> Vec<Val
     calls
 }
 
+/// Test builds only: `KG_TEST_PRECOMPILE_ARCH` (e.g. `90`) gives a CPU session's Triton
+/// solutions a precompiler, so tests without a GPU follow it from the lane to the trace.
+fn test_arch() -> Option<u32> {
+    if !cfg!(debug_assertions) {
+        return None;
+    }
+    std::env::var("KG_TEST_PRECOMPILE_ARCH").ok()?.parse().ok()
+}
+
 /// The GPU architecture number of an `sm_NN` name (`sm_90` is 90).
 fn sm_number(arch: &str) -> Option<u32> {
     arch.strip_prefix("sm_")?
@@ -66,7 +75,7 @@ impl Session {
         problem: &Problem,
         workloads: &[&LoadedWorkload],
     ) -> Vec<Value> {
-        if self.opts.precompile && warm_for(sol, &self.opts.device) == Some("triton-cuda") {
+        if self.opts.precompile && self.triton_compiles(sol) {
             precompile_calls(problem, workloads)
         } else {
             Vec::new()
@@ -82,7 +91,7 @@ impl Session {
         if !self.opts.precompile
             || !self.opts.sandbox
             || self.prestart_off.is_some()
-            || warm_for(sol, &self.opts.device) != Some("triton-cuda")
+            || !self.triton_compiles(sol)
         {
             return None;
         }
@@ -99,7 +108,22 @@ impl Session {
             .as_ref()
             .filter(|c| c.vendor.eq_ignore_ascii_case("nvidia"))
             .and_then(|c| c.arch.clone());
-        sm_number(&judge.or(claim)?)
+        judge
+            .or(claim)
+            .as_deref()
+            .and_then(sm_number)
+            .or_else(test_arch)
+    }
+
+    /// Whether `sol` is a Triton solution whose kernels are compiled here (on CUDA; in test
+    /// builds also on the CPU under `KG_TEST_PRECOMPILE_ARCH`, whose candidates still
+    /// interpret them).
+    fn triton_compiles(&self, sol: &Solution) -> bool {
+        match warm_for(sol, &self.opts.device) {
+            Some("triton-cuda") => true,
+            Some(_) => self.opts.device.is_cpu() && test_arch().is_some(),
+            None => false,
+        }
     }
 
     /// Starts `sol`'s precompiler on `calls`, where one may run (`None` where none does, or

@@ -1,0 +1,109 @@
+//! `kg-bench run --precompile` from the lane to the trace, on the CPU: a test build's
+//! `KG_TEST_PRECOMPILE_ARCH` gives the CPU session's Triton solutions a precompiler (their
+//! candidates still interpret Triton), so each pair's first trace records what was compiled
+//! ahead into that solution's own Triton cache; `--precompile off` records nothing.
+
+use std::path::{Path, PathBuf};
+
+use kg_contract::{Precompiled, Status, Trace};
+use kg_test_support::{copy_tree, python, workspace};
+
+mod common;
+use common::{FAST, kg};
+
+/// The gelu problem with two copies of its bundled Triton solution, `a` and `b`.
+fn corpus(dir: &Path) -> PathBuf {
+    let from = workspace().join("problems/core/gelu_tanh_bf16_gemma2_2b");
+    let to = dir.join("corpus/gelu");
+    copy_tree(&from, &to);
+    let sols = to.join("solutions");
+    let text = std::fs::read_to_string(sols.join("triton_flat.json")).unwrap();
+    std::fs::remove_file(sols.join("triton_flat.json")).unwrap();
+    let mut sol: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for name in ["a", "b"] {
+        sol["name"] = name.into();
+        std::fs::write(sols.join(format!("{name}.json")), sol.to_string()).unwrap();
+    }
+    dir.join("corpus")
+}
+
+fn cubins(dir: &Path) -> usize {
+    let mut n = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "cubin") {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+/// Each pair's precompile record (its first trace's), after every trace PASSED.
+fn run(precompile: &str) -> (Vec<Option<Precompiled>>, usize) {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = corpus(tmp.path());
+    let out = tmp.path().join("out");
+    let cache = tmp.path().join("cache");
+    let o = kg(&python(), tmp.path())
+        .env("KG_TEST_PRECOMPILE_ARCH", "90")
+        .env("KG_CACHE_DIR", &cache)
+        .arg("run")
+        .arg(&corpus)
+        .args([
+            "--solutions",
+            "bundled",
+            "--max-workloads",
+            "2",
+            "--prestart",
+            "on",
+        ])
+        .args(["--precompile", precompile])
+        .arg("-o")
+        .arg(&out)
+        .args(FAST)
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    let mut records = Vec::new();
+    for s in ["a", "b"] {
+        let text = std::fs::read_to_string(out.join("gelu").join(format!("{s}.jsonl"))).unwrap();
+        let traces: Vec<Trace> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(traces.len(), 2, "{s}");
+        for t in &traces {
+            assert_eq!(t.evaluation.as_ref().unwrap().status, Status::Passed, "{s}");
+        }
+        let start = traces[0].evaluation.as_ref().unwrap().candidate_start;
+        records.push(start.and_then(|c| c.precompiled));
+    }
+    (records, cubins(&cache.join("triton")))
+}
+
+#[test]
+fn each_triton_pair_gets_its_kernels_compiled_ahead_and_its_first_trace_says_so() {
+    let (records, cubins) = run("on");
+    for r in &records {
+        let r = r.unwrap_or_else(|| panic!("no precompile record: {records:?}"));
+        // Both workloads' element counts are multiples of 16: one specialisation, one kernel.
+        assert_eq!(r.kernels, 1, "{r:?}");
+        // Its launcher builds where a CUDA driver library is found; else that build failed.
+        assert_eq!(r.launchers + r.failed, 1, "{r:?}");
+        assert!(r.seconds > 0.0 && r.waited_s >= 0.0, "{r:?}");
+    }
+    assert_eq!(cubins, 2, "one kernel in each solution's own cache");
+}
+
+#[test]
+fn precompile_off_compiles_nothing_ahead() {
+    let (records, cubins) = run("off");
+    assert_eq!(records, vec![None, None]);
+    assert_eq!(cubins, 0);
+}
