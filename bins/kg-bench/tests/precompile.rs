@@ -3,6 +3,8 @@
 //! candidates still interpret Triton), so each pair's first trace records what was compiled
 //! ahead into that solution's own Triton cache; `--precompile off` records nothing.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 
 use kg_contract::{Precompiled, Status, Trace};
