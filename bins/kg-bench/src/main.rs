@@ -331,7 +331,7 @@ struct RunArgs {
     prestart: PrestartArg,
     /// With a Triton solution's candidate started ahead on a CUDA GPU, also compile the
     /// kernels of its first calls ahead, into its own Triton cache: a process of the solution's
-    /// own with no GPU it can open runs its calls on CPU tensors of the workloads' shapes, every
+    /// own with no GPU it can open runs its calls on meta tensors of the workloads' shapes, every
     /// launch turned into a compile. The trace's `candidate_start.precompiled` counts them.
     #[arg(long, value_enum, default_value = "on")]
     precompile: OnOff,

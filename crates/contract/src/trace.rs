@@ -590,8 +590,8 @@ pub struct CandidateStart {
 }
 
 /// What the precompiler of a Triton solution left in the solution's own Triton cache: it ran
-/// the solution's calls on CPU tensors of each workload's shapes, with no GPU it could open,
-/// every Triton launch turned into a compile. Nothing it computed is read back.
+/// the solution's calls on meta tensors (no data) of each workload's shapes, with no GPU it
+/// could open, every Triton launch turned into a compile. Nothing it computed is read back.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Precompiled {
     /// Distinct kernels compiled (an autotuned kernel counts each configuration).

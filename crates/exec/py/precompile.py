@@ -2,9 +2,10 @@
 into the solution's own Triton cache while another candidate is evaluated, so that its own
 candidate process finds them there. Untrusted: it runs the solution's code, with the trust of
 the candidate of the same solution and nothing more, and no GPU (kg-exec hides the device nodes
-and the visibility variables say none). Its calls take CPU tensors of each workload's shapes and
-dtypes, and a stand-in for Triton's CUDA driver names the evaluation's GPU target, so every
-Triton launch becomes a compile (`warmup`) and no kernel runs; each compiled kernel's launcher
+and the visibility variables say none). Its calls take meta tensors (shapes and dtypes, no data:
+torch's own operations in the solution cost nothing) of each workload's shapes, and a stand-in
+for Triton's CUDA driver names the evaluation's GPU target, so every Triton launch becomes a
+compile (`warmup`) and no kernel runs; each compiled kernel's launcher
 (a C module) is built too. All it leaves are cache files that candidate would have written in
 its first calls; nothing it computes is read back, and a failing call only means less was
 compiled ahead.
@@ -79,7 +80,8 @@ def _value(spec):
 
     if "scalar" in spec:
         return spec["scalar"]
-    return torch.empty(spec["shape"], dtype=kg_inputs.torch_dtype(spec["dtype"]))
+    # Triton specialises a meta tensor's pointer (0) as 16-byte aligned, as a GPU allocation.
+    return torch.empty(spec["shape"], dtype=kg_inputs.torch_dtype(spec["dtype"]), device="meta")
 
 
 def _load(sol, root):

@@ -101,3 +101,23 @@ def test_a_launcher_that_cannot_be_built_is_named_and_the_kernels_stay(tmp_path)
         pytest.skip("this host's loader finds a CUDA driver library: the launchers built")
     assert r["kernels"] == 3 and r["launchers"] == 0, r
     assert r["failed_count"] == 3 and all(f.startswith("launcher of _") for f in r["failed"]), r
+
+
+def test_torch_work_in_the_solution_costs_nothing_there(tmp_path):
+    """The calls' tensors hold no data: a wrapper that also multiplies a 160 GB matrix (which
+    no CPU tensor could hold) still gets its kernel compiled."""
+    pytest.importorskip("triton", reason="the test interpreter has no Triton")
+    heavy = KERNEL.replace('''    def run(x, y):
+        if''', '''    def run(x, y):
+        import torch
+        big = torch.empty(200000, 200000, dtype=x.dtype, device=x.device)
+        (big @ big).sum()
+        if''')
+    job = _job(tmp_path, [[4096]])
+    data = json.loads(job.read_text())
+    data["solution"]["sources"][0]["content"] = heavy
+    job.write_text(json.dumps(data))
+    none = str(tmp_path / "none")
+    r = _precompile(tmp_path, job, {"TRITON_LIBCUDA_PATH": none, "LD_LIBRARY_PATH": none})
+    assert r["kernels"] == 3, r
+    assert not any("big" in f or "memory" in f.lower() for f in r["failed"]), r
