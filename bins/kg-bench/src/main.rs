@@ -252,6 +252,13 @@ struct EvalArgs {
     /// this host, instead of recording the missing layers in each trace.
     #[arg(long, conflicts_with = "no_sandbox")]
     require_sandbox: bool,
+    /// Compile a Triton solution's kernels ahead on a CUDA GPU, into its own Triton cache,
+    /// while its candidate process starts (`run`: while earlier pairs are evaluated): a process
+    /// of the solution's own with no GPU it can open runs its calls on meta tensors of the
+    /// workloads' shapes, every launch turned into a compile. The trace's
+    /// `candidate_start.precompiled` counts them.
+    #[arg(long, value_enum, default_value = "on")]
+    precompile: OnOff,
     /// Memory limit of each candidate process (RLIMIT_DATA), e.g. `8G`, `512M` (default: half
     /// the host's memory).
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
@@ -329,12 +336,6 @@ struct RunArgs {
     /// trace's `candidate_start` says when each process started.
     #[arg(long, value_enum, default_value = "auto")]
     prestart: PrestartArg,
-    /// With a Triton solution's candidate started ahead on a CUDA GPU, also compile the
-    /// kernels of its first calls ahead, into its own Triton cache: a process of the solution's
-    /// own with no GPU it can open runs its calls on meta tensors of the workloads' shapes, every
-    /// launch turned into a compile. The trace's `candidate_start.precompiled` counts them.
-    #[arg(long, value_enum, default_value = "on")]
-    precompile: OnOff,
     /// Spread the run over GPUs, one lane (judge and candidate) per GPU, each under its own
     /// kg-gpu claim and L2 execution lock: `all` (every GPU that can be claimed), a count
     /// (`2`), or UUIDs / PCI bus ids separated by commas. The most expensive pairs go first;

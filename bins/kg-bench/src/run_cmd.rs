@@ -273,7 +273,6 @@ pub(crate) fn run(a: RunArgs, cancel: &CancelToken) -> Result<i32, Failure> {
         PrestartArg::On => kg_exec::Prestart::On,
         PrestartArg::Off => kg_exec::Prestart::Off,
     };
-    opts.precompile = a.precompile == OnOff::On;
     let lanes: Vec<Lane> = match a.jobs {
         Some(jobs) if jobs > 1 && !opts.device.is_cpu() => {
             return Err(usage(anyhow!(

@@ -130,6 +130,7 @@ pub(crate) fn options(acq: &Acquired, a: &EvalArgs) -> Result<EvalOptions, Failu
     o.seed = a.seed;
     o.sandbox = !a.no_sandbox;
     o.require_sandbox = a.require_sandbox;
+    o.precompile = a.precompile == OnOff::On;
     if let Some(m) = a.memory_limit {
         o.memory_bytes = m;
     }
