@@ -1,7 +1,8 @@
 //! `kg-bench run --precompile` from the lane to the trace, on the CPU: a test build's
 //! `KG_TEST_PRECOMPILE_ARCH` gives the CPU session's Triton solutions a precompiler (their
-//! candidates still interpret Triton), so each pair's first trace records what was compiled
-//! ahead into that solution's own Triton cache; `--precompile off` records nothing.
+//! candidates still interpret Triton), so the first trace of each pair after the first records
+//! what was compiled ahead into that solution's own Triton cache; `--precompile off` records
+//! nothing.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -92,7 +93,10 @@ fn run(precompile: &str) -> (Vec<Option<Precompiled>>, usize) {
 #[test]
 fn each_triton_pair_gets_its_kernels_compiled_ahead_and_its_first_trace_says_so() {
     let (records, cubins) = run("on");
-    for r in &records {
+    // None for the first pair: no candidate had been seen confined yet (the precompiler's
+    // view, which hides the GPU, needs the same confinement).
+    assert_eq!(records[0], None, "{records:?}");
+    for r in &records[1..] {
         let r = r.unwrap_or_else(|| panic!("no precompile record: {records:?}"));
         // Both workloads' element counts are multiples of 16: one specialisation, one kernel.
         assert_eq!(r.kernels, 1, "{r:?}");
@@ -100,7 +104,7 @@ fn each_triton_pair_gets_its_kernels_compiled_ahead_and_its_first_trace_says_so(
         assert_eq!(r.launchers + r.failed, 1, "{r:?}");
         assert!(r.seconds > 0.0 && r.waited_s >= 0.0, "{r:?}");
     }
-    assert_eq!(cubins, 2, "one kernel in each solution's own cache");
+    assert_eq!(cubins, 1, "one kernel in the second solution's own cache");
 }
 
 #[test]

@@ -281,6 +281,7 @@ impl Session {
             self.prestart_off = Some(why);
             return Ok(());
         }
+        self.confined_seen = true;
         let Some(wanted) = self.next.take() else {
             return Ok(());
         };

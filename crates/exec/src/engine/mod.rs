@@ -152,6 +152,9 @@ pub struct Session {
     next: Option<Vec<(Solution, usize, Vec<Value>)>>,
     /// Why candidates are no longer started ahead of time in this session.
     prestart_off: Option<String>,
+    /// Whether a candidate of this session was observed confined to its own PID namespace
+    /// and read-only view (so a precompiler's view, GPU device nodes covered, holds too).
+    confined_seen: bool,
     /// Builds of compiled solutions made elsewhere ([`Session::provide_build`]), by solution,
     /// with the time waited for them.
     builds: std::collections::HashMap<String, (BuildOutcome, Duration)>,
@@ -218,6 +221,7 @@ impl Session {
             prestarted: Vec::new(),
             next: None,
             prestart_off: None,
+            confined_seen: false,
             builds: std::collections::HashMap::new(),
         })
     }

@@ -84,12 +84,13 @@ impl Session {
 
     /// The CUDA architecture to precompile `sol`'s kernels for, where a precompiler may run:
     /// a Triton solution on a CUDA device whose judge or kg-gpu claim named its architecture,
-    /// sandboxed
-    /// candidates (the device nodes are hidden through the sandbox's view), `--precompile`
-    /// on and candidates allowed to start beside the running one.
+    /// `--precompile` on, and candidates allowed to start beside the running one, which was
+    /// observed confined to its own PID namespace and read-only view (the view that covers the
+    /// GPU's device nodes: without it a precompiler could reach a GPU another lane times on).
     fn precompile_arch(&self, sol: &Solution) -> Option<u32> {
         if !self.opts.precompile
             || !self.opts.sandbox
+            || !self.confined_seen
             || self.prestart_off.is_some()
             || !self.triton_compiles(sol)
         {
