@@ -142,6 +142,7 @@ def op_result(_req):
 
 
 if __name__ == "__main__":
+    os.environ.pop("TRITON_INTERPRET", None)  # compiled here, whatever the environment says
     try:
         with open(os.environ["KG_PRECOMPILE_JOB"]) as f:
             RESULT.update(precompile(json.load(f)))
