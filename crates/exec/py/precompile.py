@@ -102,9 +102,26 @@ def _load(sol, root):
     return getattr(mod, func)
 
 
+class NotCovered(Exception):
+    """A GPU device node the parent covered is not `/dev/null` here: no solution code runs."""
+
+
+def _check_covered(paths):
+    null = os.stat("/dev/null").st_rdev
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except FileNotFoundError:
+            continue
+        if st.st_rdev != null:
+            raise NotCovered(f"`{p}` is not /dev/null in this view: the GPU may be reachable")
+
+
 def precompile(job):
-    """Does `job` ({solution, source_dir, arch, warp_size, dps, calls: [{inputs, outputs}]})
-    and says what it compiled: kernels, launchers built, calls that raised (first message)."""
+    """Does `job` ({solution, source_dir, arch, warp_size, dps, calls: [{inputs, outputs}],
+    covered: the GPU device nodes that must read as /dev/null}) and says what it compiled:
+    kernels, launchers built, calls that raised (first message)."""
+    _check_covered(job.get("covered", []))
     t0 = time.perf_counter()
     compiled, failed = [], []
     from triton.runtime import driver
@@ -146,6 +163,8 @@ if __name__ == "__main__":
     try:
         with open(os.environ["KG_PRECOMPILE_JOB"]) as f:
             RESULT.update(precompile(json.load(f)))
+    except NotCovered as e:
+        RESULT.update({"kernels": 0, "launchers": 0, "failed": [str(e)], "failed_count": 1, "refused": str(e)})
     except BaseException as e:  # noqa: BLE001  (SystemExit from solution code too)
         RESULT.update({"kernels": 0, "launchers": 0, "failed": [f"{type(e).__name__}: {e}"],
                        "failed_count": 1, "trace": traceback.format_exc()[-2000:]})

@@ -121,3 +121,22 @@ def test_torch_work_in_the_solution_costs_nothing_there(tmp_path):
     r = _precompile(tmp_path, job, {"TRITON_LIBCUDA_PATH": none, "LD_LIBRARY_PATH": none})
     assert r["kernels"] == 3, r
     assert not any("big" in f or "memory" in f.lower() for f in r["failed"]), r
+
+
+def test_a_device_node_that_is_not_covered_stops_it_before_any_solution_code(tmp_path):
+    """The parent names the GPU device nodes it covered; one that is not /dev/null here (the
+    sandbox's view did not hold) stops the precompiler before the solution is imported."""
+    pytest.importorskip("triton", reason="the test interpreter has no Triton")
+    node = tmp_path / "nvidia0"
+    node.write_text("a GPU")
+    job = _job(tmp_path, [[4096]])
+    data = json.loads(job.read_text())
+    data["solution"]["sources"][0]["content"] = "open(__file__ + '.imported', 'w').close()\n" + KERNEL
+    data["covered"] = ["/dev/null", str(node)]
+    job.write_text(json.dumps(data))
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import precompile; "
+            "precompile.precompile(json.load(open(sys.argv[2])))")
+    r = subprocess.run([sys.executable, "-c", code, HERE, str(job)], capture_output=True, text=True,
+                       env={**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "cache")})
+    assert r.returncode != 0 and "NotCovered" in r.stderr and "nvidia0" in r.stderr, r.stderr
+    assert not glob.glob(str(tmp_path / "src" / "*")), "no solution source was even written"

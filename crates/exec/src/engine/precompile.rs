@@ -172,9 +172,11 @@ impl Session {
         let root = self.fresh_dir("pre")?;
         let src = root.join("src");
         let job_path = root.join("job.json");
+        // The script checks each is `/dev/null` before any solution code runs.
+        let covered = crate::sandbox::gpu_device_nodes();
         let job = json!({
             "solution": sol, "source_dir": src, "arch": arch, "warp_size": 32,
-            "dps": sol.spec.destination_passing_style, "calls": calls,
+            "dps": sol.spec.destination_passing_style, "calls": calls, "covered": covered,
         });
         std::fs::create_dir_all(&src)
             .and_then(|()| std::fs::write(&job_path, job.to_string()))
@@ -207,7 +209,7 @@ impl Session {
         let Some(view) = sb.view.as_mut() else {
             return Ok(None);
         };
-        view.cover = crate::sandbox::gpu_device_nodes();
+        view.cover = covered;
         match Worker::launch(&spec) {
             Ok(launching) => Ok(Some(Precompiling { launching })),
             Err(e) => {
@@ -258,6 +260,9 @@ impl Session {
                 .and_then(Value::as_u64)
                 .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX))
         };
+        if let Some(why) = r.get("refused").and_then(Value::as_str) {
+            tracing::warn!(solution = %sol.name, "the precompiler refused to run the solution: {why}");
+        }
         if let Some(failed) = r.get("failed").and_then(Value::as_array)
             && !failed.is_empty()
         {
