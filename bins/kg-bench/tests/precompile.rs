@@ -31,19 +31,11 @@ fn corpus(dir: &Path) -> PathBuf {
 }
 
 fn cubins(dir: &Path) -> usize {
-    let mut n = 0;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "cubin") {
-                n += 1;
-            }
-        }
-    }
-    n
+    kg_contract::tree::walk(dir)
+        .entries
+        .keys()
+        .filter(|p| p.extension().is_some_and(|x| x == "cubin"))
+        .count()
 }
 
 /// Each pair's precompile record (its first trace's), after every trace PASSED.

@@ -264,16 +264,6 @@ def op_hello(req):
     return reply
 
 
-def _write_sources(sol, root):
-    for s in sol["sources"]:
-        p = os.path.normpath(os.path.join(root, s["path"]))
-        if not p.startswith(os.path.abspath(root) + os.sep):
-            raise ValueError(f"source path `{s['path']}` escapes the solution directory")
-        os.makedirs(os.path.dirname(p), exist_ok=True)
-        with open(p, "w") as f:
-            f.write(s["content"])
-
-
 HIP_LANGUAGES = ("hip_cpp",)
 
 
@@ -378,7 +368,7 @@ def op_build(req):
     sol = req["solution"]
     root = req["source_dir"]
     try:
-        _write_sources(sol, root)
+        kg_env.write_sources(sol, root)
         args = cpp_build_args(sol, root, req["build_root"])
         args["name"] = req["name"]
         args["build_directory"] = os.path.join(req["build_root"], req["name"])
@@ -410,7 +400,7 @@ def op_load(req):
     langs = [x.lower() for x in spec["languages"]]
     file, func = spec["entry_point"].split("::", 1)
     try:
-        _write_sources(sol, root)
+        kg_env.write_sources(sol, root)
         if root not in sys.path:
             sys.path.insert(0, root)
         if req.get("prebuilt"):
@@ -418,12 +408,7 @@ def op_load(req):
         elif any(x in ("cuda_cpp", "cpp", "cuda") + HIP_LANGUAGES for x in langs):
             mod = _build_cpp(sol, root, req["cache_dir"])
         else:
-            path = os.path.join(root, file)
-            modname = os.path.splitext(os.path.basename(file))[0]
-            spec_ = importlib.util.spec_from_file_location(modname, path)
-            mod = importlib.util.module_from_spec(spec_)
-            sys.modules[modname] = mod
-            spec_.loader.exec_module(mod)
+            mod = kg_env.import_source(root, file)
     except BaseException as e:  # SystemExit from user code is a compile error too
         kg_wire.flush_stdio()
         return kg_wire.error_reply("compile", f"failed to build or import `{spec['entry_point']}`: {type(e).__name__}: {e}", traceback.format_exc())

@@ -1,6 +1,9 @@
 """The device and environment a worker runs on (embedded in kg-exec): the torch device of a
-device name, its identity, clocks, driver and library versions."""
+device name, its identity, clocks, driver and library versions; a solution's sources written
+out and its Python module imported (the candidate and the precompiler load it alike)."""
 
+import importlib.util
+import os
 import sys
 
 import kg_wire  # noqa: F401  (first: it completes the import path the workers start without)
@@ -190,3 +193,24 @@ def warm(what):
             CudaUtils()
     except Exception as e:  # noqa: BLE001  (best effort; see above)
         print(f"kernelgate: preparing {what} ahead failed ({type(e).__name__}: {e}); the solution does it", file=sys.stderr)
+
+
+def write_sources(sol, root):
+    """Writes a solution's source files below `root` (none may escape it)."""
+    for s in sol["sources"]:
+        p = os.path.normpath(os.path.join(root, s["path"]))
+        if not p.startswith(os.path.abspath(root) + os.sep):
+            raise ValueError(f"source path `{s['path']}` escapes the solution directory")
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        with open(p, "w") as f:
+            f.write(s["content"])
+
+
+def import_source(root, file):
+    """Imports the solution's Python file `file` (below `root`) as a module of its own name."""
+    modname = os.path.splitext(os.path.basename(file))[0]
+    spec_ = importlib.util.spec_from_file_location(modname, os.path.join(root, file))
+    mod = importlib.util.module_from_spec(spec_)
+    sys.modules[modname] = mod
+    spec_.loader.exec_module(mod)
+    return mod

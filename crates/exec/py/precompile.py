@@ -13,7 +13,6 @@ compiled ahead.
 The job (`KG_PRECOMPILE_JOB`, a JSON file) is done before the worker says it is ready; `result`
 then answers what was compiled."""
 
-import importlib.util
 import json
 import os
 import sys
@@ -85,21 +84,12 @@ def _value(spec):
 
 
 def _load(sol, root):
+    import kg_env
+
     file, func = sol["spec"]["entry_point"].split("::", 1)
-    for s in sol["sources"]:
-        p = os.path.normpath(os.path.join(root, s["path"]))
-        if not p.startswith(os.path.abspath(root) + os.sep):
-            raise ValueError(f"source path `{s['path']}` escapes the solution directory")
-        os.makedirs(os.path.dirname(p), exist_ok=True)
-        with open(p, "w") as f:
-            f.write(s["content"])
+    kg_env.write_sources(sol, root)
     sys.path.insert(0, root)
-    modname = os.path.splitext(os.path.basename(file))[0]
-    spec_ = importlib.util.spec_from_file_location(modname, os.path.join(root, file))
-    mod = importlib.util.module_from_spec(spec_)
-    sys.modules[modname] = mod
-    spec_.loader.exec_module(mod)
-    return getattr(mod, func)
+    return getattr(kg_env.import_source(root, file), func)
 
 
 class NotCovered(Exception):

@@ -4,26 +4,19 @@
 
 use std::path::{Path, PathBuf};
 
-use kg_contract::{Problem, Solution};
+use kg_contract::{Precompiled, Problem, Solution};
 use kg_exec::{CancelToken, DeviceChoice, EvalOptions, Session};
 
 mod support;
 use support::{python, workspace};
 
 fn files_ending(dir: &Path, suffix: &str) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.to_string_lossy().ends_with(suffix) {
-                found.push(p);
-            }
-        }
-    }
-    found
+    kg_contract::tree::walk(dir)
+        .entries
+        .into_keys()
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
+        .map(|p| dir.join(p))
+        .collect()
 }
 
 fn gelu() -> (Problem, Solution) {
@@ -41,16 +34,21 @@ fn session(cache: &Path) -> Session {
     Session::new(python(), opts, CancelToken::new()).unwrap_or_else(|e| panic!("{e}"))
 }
 
-#[test]
-fn a_triton_solutions_kernels_compile_for_sm_90_into_its_own_cache_in_the_sandbox() {
+/// `sol` precompiled for sm_90 on every workload of `problem`, with the cache directory.
+fn precompiled(problem: &Problem, sol: &Solution) -> (tempfile::TempDir, Precompiled) {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let (problem, sol) = gelu();
     let workloads: Vec<_> = problem.workloads.iter().collect();
-    let mut s = session(dir.path());
-    let r = s
-        .precompile(&sol, &problem, &workloads, 90)
+    let r = session(dir.path())
+        .precompile(sol, problem, &workloads, 90)
         .unwrap_or_else(|e| panic!("{e}"))
         .unwrap_or_else(|| panic!("no precompiler ran"));
+    (dir, r)
+}
+
+#[test]
+fn a_triton_solutions_kernels_compile_for_sm_90_into_its_own_cache_in_the_sandbox() {
+    let (problem, sol) = gelu();
+    let (dir, r) = precompiled(&problem, &sol);
     // One kernel per specialisation Triton makes of these shapes (an element count
     // divisible by 16 or not): two, for all seven workloads.
     assert_eq!(r.kernels, 2, "{r:?}");
@@ -75,18 +73,12 @@ fn a_triton_solutions_kernels_compile_for_sm_90_into_its_own_cache_in_the_sandbo
 
 #[test]
 fn a_solution_whose_calls_raise_compiles_nothing_and_says_so() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let (problem, mut sol) = gelu();
     for src in &mut sol.sources {
         src.content
             .push_str("\n\ndef run(*args):\n    raise RuntimeError('no')\n");
     }
-    let workloads: Vec<_> = problem.workloads.iter().collect();
-    let mut s = session(dir.path());
-    let r = s
-        .precompile(&sol, &problem, &workloads, 90)
-        .unwrap_or_else(|e| panic!("{e}"))
-        .unwrap_or_else(|| panic!("no precompiler ran"));
+    let (dir, r) = precompiled(&problem, &sol);
     assert_eq!((r.kernels, r.launchers), (0, 0), "{r:?}");
     assert!(r.failed >= 1, "{r:?}");
     assert!(files_ending(&dir.path().join("triton"), ".cubin").is_empty());
