@@ -7,28 +7,41 @@
 #    what it found in its own Triton cache for its candidate to print) after the honest GELU.
 # 3. `problems/core` bundled with the precompiler, `--gpus all`.
 # 4. The population against SOL-ExecBench's CLI (benches/population/run.sh), if $B/solx exists.
-# Reads $KG_DEVICE_DIR/bin (kg-bench); results in $OUT/r.tgz.
+# Reads $KG_DEVICE_DIR/bin (kg-bench); results in $OUT/r.tgz. All of it takes longer than one
+# call may: KG_PARTS picks parts (default "1 2 reach bundled sol"; 1 and 2 are the two
+# on/off pairs), e.g. KG_PARTS="1 reach bundled" then KG_PARTS="2 sol".
 here=$(dirname "$0")
 . "$here/common.sh"
+parts=" ${KG_PARTS:-1 2 reach bundled sol} "
+want() { [[ $parts == *" $1 "* ]]; }
 G=problems/core/gelu_tanh_bf16_gemma2_2b
 python3 benches/population/make.py $R/popsol 50 > /dev/null
+runs=()
 for i in 1 2; do
+  want $i || continue
   for pc in on off; do
     export KG_CACHE_DIR=/tmp/kgc-pop-$pc-$i
     timeit pop-$pc-$i 200 $B/bin/kg-bench run problems/core --solutions $R/popsol --filter problem:gelu_tanh_bf16_gemma2_2b --rerun -q -o $R/pop-$pc-$i --gpus all --precompile $pc
+    runs+=($R/pop-$pc-$i)
     pack
   done
 done
+if want reach; then
 mkdir -p $R/reach/gelu_tanh_bf16_gemma2_2b
 python3 "$here/precompile_reach.py" $G/solutions/triton_flat.json $R/reach/gelu_tanh_bf16_gemma2_2b
 export KG_CACHE_DIR=/tmp/kgc-reach
 timeit reach 120 $B/bin/kg-bench run problems/core --solutions $R/reach --filter problem:gelu_tanh_bf16_gemma2_2b --rerun -o $R/reach-out --gpus all --max-workloads 2
 grep -h -o "kg-redteam-precompiler[^\"]*" $R/reach-out/gelu_tanh_bf16_gemma2_2b/*.jsonl | sort | uniq -c | tee $R/reach.txt
+runs+=($R/reach-out)
+fi
+if want bundled; then
 export KG_CACHE_DIR=/tmp/kgc-bundled
 timeit core-bundled 150 $B/bin/kg-bench run problems/core --solutions bundled -q -o $R/core-bundled --gpus all
+runs+=($R/core-bundled)
 pack
-python3 "$here/precompile_summary.py" $R/pop-on-1 $R/pop-off-1 $R/pop-on-2 $R/pop-off-2 $R/reach-out $R/core-bundled | tee $R/summary.txt
-if [ -d $B/solx ]; then
+fi
+python3 "$here/precompile_summary.py" "${runs[@]}" | tee $R/summary.txt
+if want sol && [ -d $B/solx ]; then
   export KG_CACHE_DIR=/tmp/kgc-sbs
   PYTHONPATH=/tmp/site KG_BENCH=$B/bin/kg-bench KG_FLAGS="--gpus all" timeout 300 bash benches/population/run.sh $B/solx $R/pop-sol 50 10 > $R/pop-sol.txt 2>&1
   cat $R/pop-sol.txt; rm -rf $R/pop-sol/pop
