@@ -17,6 +17,15 @@ want() { [[ $parts == *" $1 "* ]]; }
 G=problems/core/gelu_tanh_bf16_gemma2_2b
 python3 benches/population/make.py $R/popsol 50 > /dev/null
 runs=()
+if want startup; then
+  # Where a run's first seconds go, before its first candidate starts: debug log, timestamped.
+  mkdir -p $R/pop3/gelu_tanh_bf16_gemma2_2b && cp $R/popsol/gelu_tanh_bf16_gemma2_2b/pop00[0-2]*.json $R/pop3/gelu_tanh_bf16_gemma2_2b/
+  export KG_CACHE_DIR=/tmp/kgc-startup
+  date -u +%FT%T.%NZ > $R/startup.t0
+  KG_LOG=debug timeit startup 60 $B/bin/kg-bench run problems/core --solutions $R/pop3 --filter problem:gelu_tanh_bf16_gemma2_2b --rerun -o $R/startup-out --gpus all --max-workloads 1
+  date -u +%FT%T.%NZ >> $R/startup.err
+  pack
+fi
 for i in 1 2; do
   want $i || continue
   for pc in on off; do
