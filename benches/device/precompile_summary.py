@@ -12,7 +12,7 @@ def med(xs):
 for d in sys.argv[1:]:
     counts, pre, first_wall, first_warm, ready, load = {}, [], [], [], [], []
     walls = []  # the workloads' wall_s summed, per candidate
-    spans = []  # (first trace's timestamp, last trace's) per candidate, in run order
+    spans = []  # per candidate: (its first workload's start, its last's end, walls summed)
     for f in sorted(glob.glob(os.path.join(d, "**", "*.jsonl"), recursive=True)):
         traces = [json.loads(l) for l in open(f) if l.strip()]
         for t in traces:
@@ -20,11 +20,13 @@ for d in sys.argv[1:]:
             counts[st] = counts.get(st, 0) + 1
         if not traces:
             continue
-        ts = [datetime.fromisoformat(e["timestamp"].rstrip("Z")[:26]).timestamp()
-              for e in ((t.get("evaluation") or {}) for t in traces) if e.get("timestamp")]
-        walls.append(sum((t.get("evaluation") or {}).get("wall_s") or 0.0 for t in traces))
-        if ts:
-            spans.append((min(ts), max(ts)))
+        evs = [t.get("evaluation") or {} for t in traces]
+        # A trace is stamped as its workload ends; minus its wall_s, as it began.
+        ends = [(datetime.fromisoformat(e["timestamp"].rstrip("Z")[:26]).timestamp(), e.get("wall_s") or 0.0)
+                for e in evs if e.get("timestamp")]
+        walls.append(sum(e.get("wall_s") or 0.0 for e in evs))
+        if ends:
+            spans.append((min(t - w for t, w in ends), max(t for t, _ in ends), walls[-1]))
         ev = traces[0].get("evaluation") or {}
         cs = ev.get("candidate_start") or {}
         if cs:
@@ -41,13 +43,13 @@ for d in sys.argv[1:]:
     print(f"  first workload: phases summed median {med(first_wall)} s, candidate load+warm-up median {med(first_warm)} s")
     spans.sort()
     if len(spans) > 1:
-        # Traces are stamped as each workload ends: "within" is workload 1's end to the last's,
-        # "between" the last trace of one candidate to the first of the next (its start, its
-        # first workload, and whatever the lane does between pairs).
-        within = [b - a for a, b in spans]
+        # "between pairs": one candidate's last workload's end to the next one's first workload's
+        # start (its solution's import and whatever the lane does between pairs); "outside its
+        # workloads": a candidate's first start to last end less its workloads' wall_s.
         between = [spans[i + 1][0] - spans[i][1] for i in range(len(spans) - 1)]
-        print(f"  per candidate: within median {med(within)} s, between median {med(between)} s, "
-              f"first to last {round(spans[-1][1] - spans[0][0], 1)} s; workloads' wall_s summed median {med(walls)} s")
+        outside = [b - a - w for a, b, w in spans]
+        print(f"  per candidate: workloads' wall_s summed median {med(walls)} s, between pairs median {med(between)} s, "
+              f"outside its workloads median {med(outside)} s; first start to last end {round(spans[-1][1] - spans[0][0], 1)} s")
     if pre:
         print(f"  precompiled {len(pre)}: kernels median {med([p['kernels'] for p in pre])}, "
               f"launchers median {med([p['launchers'] for p in pre])}, failed total {sum(p['failed'] for p in pre)}, "
