@@ -259,6 +259,13 @@ struct EvalArgs {
     /// `candidate_start.precompiled` counts them.
     #[arg(long, value_enum, default_value = "on")]
     precompile: OnOff,
+    /// Time a workload's reference with one candidate and reuse that timing for later
+    /// candidates of the same workload on the same device for up to SECS seconds (`off`:
+    /// time it with every candidate). For populations of solutions to one problem; a trace
+    /// that reused one names whose evaluation timed it and how long before
+    /// (`performance.reference_reused`).
+    #[arg(long, value_name = "SECS|off", default_value = "off", value_parser = setup::parse_reuse)]
+    reference_reuse: setup::ReuseAge,
     /// Memory limit of each candidate process (RLIMIT_DATA), e.g. `8G`, `512M` (default: half
     /// the host's memory).
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]

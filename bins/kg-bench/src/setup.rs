@@ -111,6 +111,23 @@ pub(crate) fn parse_bytes(s: &str) -> Result<u64, String> {
     Ok(bytes)
 }
 
+/// `--reference-reuse`: how long a reference timing serves later candidates (None: never).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct ReuseAge(pub(crate) Option<Duration>);
+
+/// Parses `--reference-reuse`: `off`, or a positive number of seconds.
+pub(crate) fn parse_reuse(s: &str) -> Result<ReuseAge, String> {
+    if s == "off" {
+        return Ok(ReuseAge(None));
+    }
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(ReuseAge(Some(Duration::from_secs_f64(v)))),
+        _ => Err(format!(
+            "`{s}` is neither `off` nor a positive number of seconds (e.g. `60`)"
+        )),
+    }
+}
+
 pub(crate) fn options(acq: &Acquired, a: &EvalArgs) -> Result<EvalOptions, Failure> {
     let secs = |name: &str, v: f64| -> Result<Duration, Failure> {
         if v.is_finite() && v > 0.0 {
@@ -131,6 +148,7 @@ pub(crate) fn options(acq: &Acquired, a: &EvalArgs) -> Result<EvalOptions, Failu
     o.sandbox = !a.no_sandbox;
     o.require_sandbox = a.require_sandbox;
     o.precompile = a.precompile == OnOff::On;
+    o.reference_reuse = a.reference_reuse.0;
     if let Some(m) = a.memory_limit {
         o.memory_bytes = m;
     }

@@ -53,8 +53,8 @@ pub use solution::{BuildSpec, CompileOptions, Solution, SourceFile};
 pub use trace::{
     BuildRecord, CandidateLaunch, CandidateStart, CheckFigures, CheckResult, ClockState,
     Correctness, DeviceIdentity, Environment, Evaluation, NullableError, Performance, Phases,
-    Precompiled, Reason, Retry, RetryReason, Spread, Status, TimingMethod, Trace, Unverified,
-    load_traces,
+    Precompiled, Reason, ReferenceReuse, Retry, RetryReason, Spread, Status, TimingMethod, Trace,
+    Unverified, load_traces,
 };
 pub use workload::{
     CodeDistanceMode, Generator, InputSpec, IntBound, MAX_TOLERANCE, NumericMode, OutputCheck,

@@ -315,6 +315,22 @@ pub struct Performance {
     /// Where the workload's harness time went, by phase (kernelgate addition).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phases: Option<Phases>,
+    /// Set when the reference latency and spread were timed with an earlier candidate of the
+    /// same workload on the same device and reused (`--reference-reuse`); absent when the
+    /// reference was timed with this candidate (kernelgate addition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference_reused: Option<ReferenceReuse>,
+}
+
+/// A reference timing reused from an earlier candidate's evaluation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ReferenceReuse {
+    /// The solution whose evaluation timed the reference.
+    pub timed_with: String,
+    /// Seconds from that timing to this candidate's timed batch.
+    pub age_s: f64,
+    /// How many candidates, this one included, have used that timing so far.
+    pub uses: u32,
 }
 
 /// Seconds a workload's evaluation spent in each phase, as the harness measured them: what

@@ -26,6 +26,7 @@ fn eval(status: Status, correctness: bool, performance: bool) -> Evaluation {
             spread: None,
             reference_spread: None,
             phases: None,
+            reference_reused: None,
         }),
         environment: Default::default(),
         timestamp: String::new(),

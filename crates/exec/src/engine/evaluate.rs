@@ -147,6 +147,7 @@ impl Session {
         let mut traces = Vec::new();
         let mut slot = CandidateSlot::default();
         let total = workloads.len();
+        self.evaluating.clone_from(&sol.name);
         // The candidate's interpreter starts while the judge starts or loads the reference
         // (nothing is timed before the first workload; nothing of the candidate's runs before
         // its `load`).

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use indexmap::IndexMap;
 use kg_contract::{
     CandidateLaunch, CandidateStart, ClockState, Correctness, Environment, Evaluation,
-    LoadedWorkload, Performance, Phases, Problem, Reason, Retry, RetryReason, Solution, SourceFile,
-    Status, TimingMethod, Trace,
+    LoadedWorkload, Performance, Phases, Problem, Reason, ReferenceReuse, Retry, RetryReason,
+    Solution, SourceFile, Status, TimingMethod, Trace,
 };
 use kg_proc::now_utc as now_iso;
 use serde_json::{Value, json};
@@ -158,6 +158,11 @@ pub struct Session {
     /// Builds of compiled solutions made elsewhere ([`Session::provide_build`]), by solution,
     /// with the time waited for them.
     builds: std::collections::HashMap<String, (BuildOutcome, Duration)>,
+    /// The solution being evaluated (named by reused reference timings).
+    evaluating: String,
+    /// Reference timings kept for later candidates (`EvalOptions::reference_reuse`), by
+    /// [`workload::ReferenceKey`].
+    kept_references: std::collections::HashMap<String, workload::KeptReference>,
 }
 
 /// One workload's transfer directories.
@@ -223,6 +228,8 @@ impl Session {
             prestart_off: None,
             confined_seen: false,
             builds: std::collections::HashMap::new(),
+            evaluating: String::new(),
+            kept_references: std::collections::HashMap::new(),
         })
     }
 

@@ -62,6 +62,10 @@ pub struct EvalOptions {
     /// gets its first calls' kernels compiled ahead, by a precompiler with no GPU
     /// ([`Session::prestart_next`]).
     pub precompile: bool,
+    /// How long a workload's reference timing, taken with one candidate, serves later
+    /// candidates of the same workload in this session (`--reference-reuse`); `None` times
+    /// the reference with every candidate.
+    pub reference_reuse: Option<Duration>,
 }
 
 /// Whether candidate processes start while an earlier evaluation runs.
@@ -98,6 +102,7 @@ impl EvalOptions {
             gpu_claim: None,
             prestart: Prestart::Auto,
             precompile: true,
+            reference_reuse: None,
         }
     }
 

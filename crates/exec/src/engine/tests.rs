@@ -157,6 +157,7 @@ fn sol_floor_turns_only_passed_latencies_below_t_sol_into_reward_hack() {
             spread: None,
             reference_spread: None,
             phases: None,
+            reference_reused: None,
         }),
         retry: None,
     };
@@ -306,6 +307,24 @@ fn spans_are_checked_against_stream_events_where_measured() {
     let (m, _, _, note) = cupti(&forged, &reference, &ce, &re);
     assert_eq!(m, TimingMethod::DeviceEventSync);
     assert!(note.is_some_and(|n| n.contains("far below")));
+}
+
+#[test]
+fn a_kept_reference_timing_serves_only_a_spin_within_a_quarter_of_its_own() {
+    use workload::spins_alike;
+    assert!(spins_alike(None, None), "the CPU has no spin");
+    assert!(spins_alike(Some(600.0), Some(600.0)));
+    assert!(spins_alike(Some(480.0), Some(400.0)));
+    assert!(
+        !spins_alike(Some(600.0), Some(250.0)),
+        "a reference timed for a longer launch"
+    );
+    assert!(
+        !spins_alike(Some(250.0), Some(600.0)),
+        "a spin too short for this launch"
+    );
+    assert!(!spins_alike(Some(250.0), None) && !spins_alike(None, Some(250.0)));
+    assert!(!spins_alike(Some(250.0), Some(0.0)));
 }
 
 #[test]

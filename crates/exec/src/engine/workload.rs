@@ -20,6 +20,56 @@ struct TimingLog<'a> {
     /// Whether the candidate's latency was raised from its median to mean / ratio.
     c_raised: bool,
     cupti_note: Option<String>,
+    /// Where the reference timing came from, when an earlier candidate's was reused.
+    reused: Option<&'a ReferenceReuse>,
+}
+
+/// A reference timing kept for later candidates of the same workload
+/// ([`EvalOptions::reference_reuse`]).
+pub(super) struct KeptReference {
+    /// The judge's timing reply and its samples, bound to its calls when they were taken.
+    rr: Value,
+    events: Vec<f64>,
+    /// The spin before each call it was timed with (GPU only).
+    spin_us: Option<f64>,
+    at: Instant,
+    /// The solution whose evaluation timed it.
+    timed_with: String,
+    uses: u32,
+}
+
+/// What a kept reference timing must match to serve another candidate: the workload, by its
+/// problem's directory too (two problems of one name never share), and the calls the
+/// reference makes (warm-up, iterations, method, the CPU time budget).
+pub(super) struct ReferenceKey(String);
+
+impl ReferenceKey {
+    fn new(
+        problem: &Problem,
+        w: &LoadedWorkload,
+        warmup: u32,
+        iterations: u32,
+        method: &str,
+        budget: Option<f64>,
+    ) -> Self {
+        ReferenceKey(format!(
+            "{}\0{}\0{}\0{warmup}\0{iterations}\0{method}\0{budget:?}",
+            problem.dir.display(),
+            problem.definition.name,
+            w.workload.uuid
+        ))
+    }
+}
+
+/// Whether a reference timed with spin `kept` may stand for one timed with `now`: the spin
+/// only has to outlast the host's launch (it is 4x the reference's), so a spin within a
+/// quarter of this one hides the same launch; the same on the CPU (no spin).
+pub(super) fn spins_alike(kept: Option<f64>, now: Option<f64>) -> bool {
+    match (kept, now) {
+        (None, None) => true,
+        (Some(k), Some(n)) if n > 0.0 => (k / n - 1.0).abs() <= 0.25,
+        _ => false,
+    }
 }
 
 impl Session {
@@ -130,12 +180,26 @@ impl Session {
         let cand_events = times_of(&tr);
         let iterations = cand_events.len() as u32;
         let t_ref = Instant::now();
-        let (rr, ref_events) =
-            match self.time_reference(&tr, iterations, &method_name, budget, deadline)? {
-                Ok(r) => r,
+        let key = ReferenceKey::new(
+            problem,
+            w,
+            self.opts.warmup,
+            iterations,
+            &method_name,
+            budget,
+        );
+        let spin_us = tr.get("spin_us").and_then(Value::as_f64);
+        let (rr, ref_events, reused) = match self.kept_reference(&key, spin_us) {
+            Some(k) => k,
+            None => match self.time_reference(&tr, iterations, &method_name, budget, deadline)? {
+                Ok((rr, ev)) => (rr, ev, None),
                 Err(o) => return Ok(o),
-            };
+            },
+        };
         let ref_s = t_ref.elapsed().as_secs_f64();
+        // Kept for later candidates only once this workload has passed.
+        let to_keep = (reused.is_none() && self.opts.reference_reuse.is_some())
+            .then(|| (rr.clone(), ref_events.clone()));
         // What each worker reported, for the log (before CUPTI spans may replace them).
         let (cand_sum_ms, ref_sum_ms) = (
             cand_events.iter().sum::<f64>(),
@@ -180,7 +244,11 @@ impl Session {
             cs: &cs,
             c_raised,
             cupti_note,
+            reused: reused.as_ref(),
         });
+        if let Some((rr, events)) = to_keep {
+            self.keep_reference(key, spin_us, rr, events);
+        }
         Ok(Outcome {
             status: Status::Passed,
             reason: None,
@@ -196,9 +264,52 @@ impl Session {
                 spread: Some(cs),
                 reference_spread: Some(rs),
                 phases: Some(phases_of(&tr, rounds_s, ref_s)),
+                reference_reused: reused,
             }),
             retry: None,
         })
+    }
+
+    /// A kept reference timing for `key` that may serve this candidate (reuse on, young
+    /// enough, its spin within a quarter of this candidate's), counted as used; else None.
+    fn kept_reference(
+        &mut self,
+        key: &ReferenceKey,
+        spin_us: Option<f64>,
+    ) -> Option<(Value, Vec<f64>, Option<ReferenceReuse>)> {
+        let max_age = self.opts.reference_reuse?;
+        let k = self.kept_references.get_mut(&key.0)?;
+        let age = k.at.elapsed();
+        if age > max_age || !spins_alike(k.spin_us, spin_us) {
+            return None;
+        }
+        k.uses += 1;
+        let reuse = ReferenceReuse {
+            timed_with: k.timed_with.clone(),
+            age_s: age.as_secs_f64(),
+            uses: k.uses,
+        };
+        Some((k.rr.clone(), k.events.clone(), Some(reuse)))
+    }
+
+    /// Keeps a reference timing taken with the current candidate, whose workload passed, for
+    /// later candidates, replacing an older one.
+    fn keep_reference(
+        &mut self,
+        key: ReferenceKey,
+        spin_us: Option<f64>,
+        rr: Value,
+        events: Vec<f64>,
+    ) {
+        let kept = KeptReference {
+            rr,
+            events,
+            spin_us,
+            at: Instant::now(),
+            timed_with: self.evaluating.clone(),
+            uses: 1,
+        };
+        self.kept_references.insert(key.0, kept);
     }
 
     /// The reference's timed calls, as many as the candidate's (`iterations`) on the same sets
@@ -274,6 +385,15 @@ impl Session {
                 p.timed_batch_s,
                 p.sampled_checks_s,
                 p.reference_timing_s
+            ));
+        }
+        if let Some(r) = l.reused {
+            log.push_str(&format!(
+                "harness: reference timing reused: timed with `{}` {:.1} s before on this device (use {} of that timing; --reference-reuse {} s)\n",
+                r.timed_with,
+                r.age_s,
+                r.uses,
+                self.opts.reference_reuse.map_or(0.0, |d| d.as_secs_f64())
             ));
         }
         log.push_str(&format!("harness: round inputs: {}\n", st.round_inputs));
