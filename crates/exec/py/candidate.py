@@ -529,6 +529,8 @@ def _run_round(req):
     # What was drawn, before the solution runs (it may legitimately write into its inputs).
     drawn = [x.clone() if hasattr(x, "clone") else x for x in inputs] if req.get("digest") else None
     outs = _alloc_outputs(req["outputs"]) if STATE["dps"] else None
+    if outs is not None:
+        kg_handover.poison_outputs(outs)
     _sync()
     t1 = time.perf_counter()
     ms["inputs"] = (t1 - t0) * 1e3

@@ -78,3 +78,15 @@ def test_a_new_pool_replaces_the_open_one_and_outputs_are_read_from_it(monkeypat
     (outs,) = judge._candidate_outputs({"device": dict(DESC, **{"import": True})})
     assert old.closed and judge.STATE["pool"].size == 2 << 20
     assert outs[0].dtype == torch.float32 and outs[0].view(torch.uint8).tolist() == [1] * 8
+
+
+def test_round_outputs_are_poisoned_so_an_unwritten_element_cannot_pass_as_a_mismatch():
+    import kg_handover
+
+    outs = [torch.zeros(3, dtype=d) for d in (torch.bfloat16, torch.float8_e4m3fn, torch.int32, torch.uint8, torch.bool)]
+    outs.append(torch.zeros(0))
+    kg_handover.poison_outputs(outs)
+    assert torch.isnan(outs[0].float()).all() and torch.isnan(outs[1].float()).all()
+    assert (outs[2] == torch.iinfo(torch.int32).min).all()
+    assert (outs[3] == 255).all()
+    assert not outs[4].any(), "bool has no sentinel: left as it was"
