@@ -4,7 +4,8 @@
 # mutants (fixtures/mutants: each INCORRECT_NUMERICAL somewhere); 3. the `add` fixture whose
 # DPS solution never writes its last 4 elements (INCORRECT_NUMERICAL on both workloads);
 # 4. the population against SOL-ExecBench's CLI with `--reference-reuse 60` (where
-# $KG_DEVICE_DIR/solx holds its src/). KG_PARTS picks parts (default "bundled mutants add sol").
+# $KG_DEVICE_DIR/solx holds its src/), or (part `pop`) the population alone with it. KG_PARTS
+# picks parts (default "bundled mutants add sol").
 here=$(dirname "$0")
 . "$here/common.sh"
 parts=" ${KG_PARTS:-bundled mutants add sol} "
@@ -31,6 +32,13 @@ import json
 for l in open('$R/add.jsonl'):
     e = json.loads(l)['evaluation']; print('add tail_unwritten_dps', e['status'], e.get('reason'), [x for x in e['log'].splitlines() if 'NaN' in x][:1])" | tee -a $R/walls.txt
   pack
+fi
+if want pop; then
+  # The population alone, as `reuse.sh` runs it with reuse on (no peer beside it).
+  python3 benches/population/make.py $R/popsol 50 > /dev/null
+  export KG_CACHE_DIR=/tmp/kgc-pop
+  timeit pop 200 $B/bin/kg-bench run problems/core --solutions $R/popsol --filter problem:gelu_tanh_bf16_gemma2_2b --rerun -q -o $R/pop --gpus all --reference-reuse 60
+  st $R/pop; rm -rf $R/popsol; pack
 fi
 if want sol && [ -d $B/solx ]; then
   export KG_CACHE_DIR=/tmp/kgc-sbs
