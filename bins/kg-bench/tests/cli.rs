@@ -14,7 +14,7 @@ use kg_contract::{Status, Trace};
 use kg_test_support::{python, workspace};
 
 mod common;
-use common::{FAST, kg};
+use common::{FAST, kg, traces_in};
 
 fn fixtures() -> PathBuf {
     workspace().join("crates/exec/tests/fixtures")
@@ -50,14 +50,6 @@ fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(100));
     }
     f()
-}
-
-fn traces_in(path: &Path) -> Vec<Trace> {
-    let text = std::fs::read_to_string(path).unwrap();
-    assert!(text.ends_with('\n'), "torn last line in {}", path.display());
-    text.lines()
-        .map(|l| serde_json::from_str::<Trace>(l).unwrap())
-        .collect()
 }
 
 fn stderr(o: &Output) -> String {

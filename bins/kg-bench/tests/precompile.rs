@@ -8,26 +8,21 @@
 
 use std::path::{Path, PathBuf};
 
-use kg_contract::{Precompiled, Status, Trace};
-use kg_test_support::{copy_tree, python, workspace};
+use kg_contract::{Precompiled, Status};
+use kg_test_support::python;
 
 mod common;
-use common::{FAST, kg};
+use common::{FAST, corpus_of_copies, kg, traces_in};
 
 /// The gelu problem with two copies of its bundled Triton solution, `a` and `b`.
 fn corpus(dir: &Path) -> PathBuf {
-    let from = workspace().join("problems/core/gelu_tanh_bf16_gemma2_2b");
-    let to = dir.join("corpus/gelu");
-    copy_tree(&from, &to);
-    let sols = to.join("solutions");
-    let text = std::fs::read_to_string(sols.join("triton_flat.json")).unwrap();
-    std::fs::remove_file(sols.join("triton_flat.json")).unwrap();
-    let mut sol: serde_json::Value = serde_json::from_str(&text).unwrap();
-    for name in ["a", "b"] {
-        sol["name"] = name.into();
-        std::fs::write(sols.join(format!("{name}.json")), sol.to_string()).unwrap();
-    }
-    dir.join("corpus")
+    corpus_of_copies(
+        dir,
+        "problems/core/gelu_tanh_bf16_gemma2_2b",
+        "gelu",
+        "triton_flat.json",
+        &["a", "b"],
+    )
 }
 
 fn cubins(dir: &Path) -> usize {
@@ -67,11 +62,7 @@ fn run(precompile: &str) -> (Vec<Option<Precompiled>>, usize) {
     assert_eq!(o.status.code(), Some(0), "{e}");
     let mut records = Vec::new();
     for s in ["a", "b"] {
-        let text = std::fs::read_to_string(out.join("gelu").join(format!("{s}.jsonl"))).unwrap();
-        let traces: Vec<Trace> = text
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
+        let traces = traces_in(&out.join("gelu").join(format!("{s}.jsonl")));
         assert_eq!(traces.len(), 2, "{s}");
         for t in &traces {
             assert_eq!(t.evaluation.as_ref().unwrap().status, Status::Passed, "{s}");

@@ -8,28 +8,22 @@
 use std::path::{Path, PathBuf};
 
 use kg_contract::{Status, Trace};
-use kg_test_support::{copy_tree, python, workspace};
+use kg_test_support::python;
 
 mod common;
-use common::{FAST, kg};
+use common::{FAST, corpus_of_copies, kg, traces_in};
 
 const SOLUTIONS: [&str; 3] = ["a", "b", "c"];
 
 /// The `add` fixture problem with three copies of its honest solution.
 fn corpus(dir: &Path) -> PathBuf {
-    let from = workspace().join("crates/exec/tests/fixtures/corpus/add");
-    let to = dir.join("corpus/add");
-    copy_tree(&from, &to);
-    let sols = to.join("solutions");
-    let text = std::fs::read_to_string(sols.join("passed_pytorch_dps.json")).unwrap();
-    std::fs::remove_dir_all(&sols).unwrap();
-    std::fs::create_dir(&sols).unwrap();
-    let mut sol: serde_json::Value = serde_json::from_str(&text).unwrap();
-    for name in SOLUTIONS {
-        sol["name"] = name.into();
-        std::fs::write(sols.join(format!("{name}.json")), sol.to_string()).unwrap();
-    }
-    dir.join("corpus")
+    corpus_of_copies(
+        dir,
+        "crates/exec/tests/fixtures/corpus/add",
+        "add",
+        "passed_pytorch_dps.json",
+        &SOLUTIONS,
+    )
 }
 
 /// Each solution's traces (two workloads each, all PASSED) after a run with `reuse`.
@@ -52,11 +46,7 @@ fn run(reuse: Option<&str>) -> Vec<Vec<Trace>> {
     SOLUTIONS
         .iter()
         .map(|s| {
-            let text = std::fs::read_to_string(out.join("add").join(format!("{s}.jsonl"))).unwrap();
-            let traces: Vec<Trace> = text
-                .lines()
-                .map(|l| serde_json::from_str(l).unwrap())
-                .collect();
+            let traces = traces_in(&out.join("add").join(format!("{s}.jsonl")));
             assert_eq!(traces.len(), 2, "{s}");
             for t in &traces {
                 let ev = t.evaluation.as_ref().unwrap();
