@@ -28,9 +28,9 @@ def alloc_like_spec(outputs, dev):
 
 def poison_outputs(outs):
     """Fills a correctness round's output buffers before the call: floating point with NaN,
-    signed integers with their minimum, unsigned with their maximum, so an element the solution never writes is seen as such (NaN
-    fails the check wherever the reference is finite) instead of passing inside a tolerance's
-    allowance for mismatches with whatever the allocator left there."""
+    signed integers with their minimum, unsigned with their maximum, so an element the solution
+    never writes is seen as such (NaN fails the check wherever the reference is finite) instead
+    of passing inside a tolerance's allowance for mismatches with what the allocator left."""
     import torch
 
     for o in outs:

@@ -39,8 +39,8 @@ pub(super) struct KeptReference {
 }
 
 /// What a kept reference timing must match to serve another candidate: the workload, by its
-/// problem's directory too (two problems of one name never share), and the calls the
-/// reference makes (warm-up, iterations, method, the CPU time budget).
+/// problem's directory (two problems of one name never share), and the calls the reference
+/// makes (warm-up, iterations, method, the CPU time budget).
 pub(super) struct ReferenceKey(String);
 
 impl ReferenceKey {
@@ -53,9 +53,8 @@ impl ReferenceKey {
         budget: Option<f64>,
     ) -> Self {
         ReferenceKey(format!(
-            "{}\0{}\0{}\0{warmup}\0{iterations}\0{method}\0{budget:?}",
+            "{}\0{}\0{warmup}\0{iterations}\0{method}\0{budget:?}",
             problem.dir.display(),
-            problem.definition.name,
             w.workload.uuid
         ))
     }
@@ -190,7 +189,7 @@ impl Session {
         );
         let spin_us = tr.get("spin_us").and_then(Value::as_f64);
         let (rr, ref_events, reused) = match self.kept_reference(&key, spin_us) {
-            Some(k) => k,
+            Some((rr, ev, reuse)) => (rr, ev, Some(reuse)),
             None => match self.time_reference(&tr, iterations, &method_name, budget, deadline)? {
                 Ok((rr, ev)) => (rr, ev, None),
                 Err(o) => return Ok(o),
@@ -276,7 +275,7 @@ impl Session {
         &mut self,
         key: &ReferenceKey,
         spin_us: Option<f64>,
-    ) -> Option<(Value, Vec<f64>, Option<ReferenceReuse>)> {
+    ) -> Option<(Value, Vec<f64>, ReferenceReuse)> {
         let max_age = self.opts.reference_reuse?;
         let k = self.kept_references.get_mut(&key.0)?;
         let age = k.at.elapsed();
@@ -289,7 +288,7 @@ impl Session {
             age_s: age.as_secs_f64(),
             uses: k.uses,
         };
-        Some((k.rr.clone(), k.events.clone(), Some(reuse)))
+        Some((k.rr.clone(), k.events.clone(), reuse))
     }
 
     /// Keeps a reference timing taken with the current candidate, whose workload passed, for
