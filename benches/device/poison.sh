@@ -37,13 +37,11 @@ if want pop; then
   # The population alone, as `reuse.sh` runs it with reuse on (no peer beside it).
   python3 benches/population/make.py $R/popsol 50 > /dev/null
   export KG_CACHE_DIR=/tmp/kgc-pop
-  timeit pop 200 $B/bin/kg-bench run problems/core --solutions $R/popsol --filter problem:gelu_tanh_bf16_gemma2_2b --rerun -q -o $R/pop --gpus all --reference-reuse 60
+  pop_run pop 200 --reference-reuse 60
   st $R/pop; rm -rf $R/popsol; pack
 fi
 if want sol && [ -d $B/solx ]; then
-  export KG_CACHE_DIR=/tmp/kgc-sbs
-  PYTHONPATH=/tmp/site KG_BENCH=$B/bin/kg-bench KG_FLAGS="--gpus all --reference-reuse 60" timeout 300 bash benches/population/run.sh $B/solx $R/pop-sol 50 10 > $R/pop-sol.txt 2>&1
-  cat $R/pop-sol.txt; st $R/pop-sol/kg; rm -rf $R/pop-sol/pop
+  pop_vs_sol --reference-reuse 60; st $R/pop-sol/kg
 fi
 cat $R/walls.txt
 pack

@@ -30,7 +30,7 @@ for i in 1 2; do
   want $i || continue
   for pc in on off; do
     export KG_CACHE_DIR=/tmp/kgc-pop-$pc-$i
-    timeit pop-$pc-$i 200 $B/bin/kg-bench run problems/core --solutions $R/popsol --filter problem:gelu_tanh_bf16_gemma2_2b --rerun -q -o $R/pop-$pc-$i --gpus all --precompile $pc
+    pop_run pop-$pc-$i 200 --precompile $pc
     runs+=($R/pop-$pc-$i)
     pack
   done
@@ -51,9 +51,7 @@ pack
 fi
 python3 "$here/precompile_summary.py" "${runs[@]}" | tee $R/summary.txt
 if want sol && [ -d $B/solx ]; then
-  export KG_CACHE_DIR=/tmp/kgc-sbs
-  PYTHONPATH=/tmp/site KG_BENCH=$B/bin/kg-bench KG_FLAGS="--gpus all" timeout 300 bash benches/population/run.sh $B/solx $R/pop-sol 50 10 > $R/pop-sol.txt 2>&1
-  cat $R/pop-sol.txt; rm -rf $R/pop-sol/pop
+  pop_vs_sol
 fi
 rm -rf $R/popsol
 cat $R/walls.txt

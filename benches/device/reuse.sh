@@ -15,15 +15,13 @@ for r in off on; do
   want $r || continue
   age=$([ $r = on ] && echo 60 || echo off)
   export KG_CACHE_DIR=/tmp/kgc-reuse-$r
-  timeit reuse-$r 220 $B/bin/kg-bench run problems/core --solutions $R/popsol --filter problem:gelu_tanh_bf16_gemma2_2b --rerun -q -o $R/reuse-$r --gpus all --reference-reuse $age
+  pop_run reuse-$r 220 --reference-reuse $age
   runs+=($R/reuse-$r)
   pack
 done
 python3 "$here/reuse_summary.py" "${runs[@]}" | tee $R/summary.txt
 if want sol && [ -d $B/solx ]; then
-  export KG_CACHE_DIR=/tmp/kgc-sbs
-  PYTHONPATH=/tmp/site KG_BENCH=$B/bin/kg-bench KG_FLAGS="--gpus all --reference-reuse 60" timeout 300 bash benches/population/run.sh $B/solx $R/pop-sol 50 10 > $R/pop-sol.txt 2>&1
-  cat $R/pop-sol.txt; rm -rf $R/pop-sol/pop
+  pop_vs_sol --reference-reuse 60
 fi
 rm -rf $R/popsol
 cat $R/walls.txt
